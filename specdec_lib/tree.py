@@ -1,0 +1,180 @@
+"""Draft trees: the one data structure every verifier reads (see ARCHITECTURE.md, "Public contract").
+
+A `DraftTree` holds N drafted nodes plus the root (node 0, the last fixed token of the prefix):
+
+* ``tokens[i]``        token of node i (the root's token is the last prefix token),
+* ``parents[i]``       parent of node i; ``parents[0] == -1`` and ``parents[i] < i``; siblings are
+                       ordered by index, which is their sampling order,
+* ``draft_probs[i]``   the draft distribution node i's children were drawn from,
+* ``target_probs[i]``  the target distribution after the path root..i,
+* ``sampling``         how children were drawn: ``"iid"`` (SpecInfer / naive), ``"without_replacement"``
+                       (Sequoia, GSS), ``"topk"`` (deterministic top-k of the draft) or ``"race"`` (ERSS),
+* ``race``             for ``"race"``: the Exp(1) arrival times ``[N+1, V]`` of each node's race, shared by
+                       draft and target (ERSS Algorithm 5 as corrected in specs/erss.md §2.6).
+
+Rows are the distributions actually sampled from, after temperature / top-p processing. A leaf's
+draft row is never read by any verifier; it may be a distribution or all zeros ("not computed").
+
+Shape builders return parent lists (``list[int]``, root included) for the static shapes of the
+papers: chain, batch, k-ary, SpecInfer k x L and binary trees. Size and depth count the root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+SAMPLING_MODES = ("iid", "without_replacement", "topk", "race")
+# Modes whose drafted tokens are draws from the draft distribution and so must have q > 0.
+_MODES_NEEDING_POSITIVE_DRAFT_PROB = ("iid", "race")
+ROW_SUM_TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True, eq=False)
+class DraftTree:
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    draft_probs: torch.Tensor
+    target_probs: torch.Tensor
+    sampling: str = "iid"
+    race: torch.Tensor | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ----- structure -------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes including the root (Sequoia's "size")."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target_probs.shape[1])
+
+    @cached_property
+    def parent_list(self) -> list[int]:
+        return [int(p) for p in self.parents.tolist()]
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """children[i] = the children of node i in sampling order (ascending index)."""
+        kids: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        for i, p in enumerate(self.parent_list[1:], start=1):
+            kids[p].append(i)
+        return kids
+
+    @cached_property
+    def depths(self) -> list[int]:
+        """depths[i] = number of drafted tokens on the path root..i (root has depth 0)."""
+        d = [0] * self.num_nodes
+        for i, p in enumerate(self.parent_list[1:], start=1):
+            d[i] = d[p] + 1
+        return d
+
+    @property
+    def depth(self) -> int:
+        """Sequoia's depth: number of levels including the root (a chain of 8 drafts has depth 9)."""
+        return max(self.depths) + 1
+
+    def path_to(self, node: int) -> tuple[int, ...]:
+        """Node indices root-excluded, in depth order, of the path root..node."""
+        path = []
+        while node > 0:
+            path.append(node)
+            node = self.parent_list[node]
+        return tuple(reversed(path))
+
+    @cached_property
+    def is_chain(self) -> bool:
+        return self.parent_list == list(range(-1, self.num_nodes - 1))
+
+    def with_target_probs(self, target_probs: torch.Tensor) -> "DraftTree":
+        """The same drafted tree scored by another target (e.g. a modified target distribution)."""
+        return DraftTree(self.tokens, self.parents, self.draft_probs, target_probs, self.sampling, self.race)
+
+
+def _validate(tree: DraftTree) -> None:
+    tokens, parents, q, p = tree.tokens, tree.parents, tree.draft_probs, tree.target_probs
+    if tree.sampling not in SAMPLING_MODES:
+        raise ValueError(f"unknown sampling mode {tree.sampling!r}; expected one of {SAMPLING_MODES}")
+    if tokens.dim() != 1 or parents.dim() != 1:
+        raise ValueError("tokens and parents must be 1-D tensors of length N+1")
+    n = tokens.shape[0]
+    if n < 1:
+        raise ValueError("a draft tree needs at least the root node")
+    if parents.shape[0] != n:
+        raise ValueError(f"parents has {parents.shape[0]} entries but tokens has {n}")
+    for name, rows in (("draft_probs", q), ("target_probs", p)):
+        if rows.dim() != 2 or rows.shape[0] != n:
+            raise ValueError(f"{name} must have shape [N+1, V] = [{n}, V], got {tuple(rows.shape)}")
+    if q.shape[1] != p.shape[1]:
+        raise ValueError(f"draft vocabulary {q.shape[1]} differs from target vocabulary {p.shape[1]}")
+    vocab = p.shape[1]
+    par = parents.tolist()
+    if par[0] != -1:
+        raise ValueError(f"node 0 is the root and must have parent -1, got {par[0]}")
+    for i in range(1, n):
+        if not 0 <= par[i] < i:
+            raise ValueError(f"node {i}: parent {par[i]} must satisfy 0 <= parent < {i}")
+    tok = tokens.tolist()
+    for i, t in enumerate(tok):
+        if not 0 <= t < vocab:
+            raise ValueError(f"node {i}: token id {t} out of range [0, {vocab})")
+    has_children = [False] * n
+    for i in range(1, n):
+        has_children[par[i]] = True
+    _check_rows("target_probs", p, range(n))
+    internal = [i for i in range(n) if has_children[i]]
+    _check_rows("draft_probs", q, internal)
+    for i in range(n):
+        if not has_children[i]:
+            row = q[i]
+            if not bool(torch.isfinite(row).all()) or bool((row < 0).any()):
+                raise ValueError(f"node {i}: draft_probs row must be finite and non-negative (leaf)")
+            s = float(row.sum())
+            if s != 0.0 and abs(s - 1.0) > ROW_SUM_TOLERANCE:
+                raise ValueError(f"node {i}: leaf draft_probs row sums to {s}; expected 1 or all zeros")
+    if tree.sampling in _MODES_NEEDING_POSITIVE_DRAFT_PROB:
+        for i in range(1, n):
+            if float(q[par[i], tok[i]]) <= 0.0:
+                raise ValueError(
+                    f"node {i}: drafted token {tok[i]} has draft probability 0 under its parent's row, "
+                    f"impossible for sampling={tree.sampling!r}")
+    if tree.sampling in ("without_replacement", "topk", "race"):
+        for i in range(n):
+            kids = [tok[c] for c in range(1, n) if par[c] == i]
+            if len(kids) != len(set(kids)):
+                raise ValueError(f"node {i}: duplicate sibling tokens {kids} under sampling={tree.sampling!r}")
+    if tree.sampling == "race":
+        if tree.race is None:
+            raise ValueError("sampling='race' needs the race arrival times (race=[N+1, V])")
+        if tuple(tree.race.shape) != (n, vocab):
+            raise ValueError(f"race must have shape [{n}, {vocab}], got {tuple(tree.race.shape)}")
+        if not bool((tree.race > 0).all()):
+            raise ValueError("race arrival times must be positive (Exp(1) draws)")
+    elif tree.race is not None:
+        raise ValueError(f"race times given but sampling={tree.sampling!r}; only 'race' trees carry them")
+
+
+def _check_rows(name: str, rows: torch.Tensor, nodes) -> None:
+    for i in nodes:
+        row = rows[i]
+        if not bool(torch.isfinite(row).all()):
+            raise ValueError(f"node {i}: {name} row has non-finite entries")
+        if bool((row < 0).any()):
+            raise ValueError(f"node {i}: {name} row has negative entries")
+        s = float(row.sum(dtype=torch.float64))
+        if abs(s - 1.0) > ROW_SUM_TOLERANCE:
+            raise ValueError(f"node {i}: {name} row sums to {s}, not 1 (within {ROW_SUM_TOLERANCE})")
+
+
+# ----- shape builders (parent lists, root included) -------------------------------------------
+
+def chain_parents(length: int) -> list[int]:
+    """A chain of ``length`` drafted tokens: size length+1, depth length+1."""
+    if length < 0:
+        raise ValueError(f"chain length must be >= 0, got {length}")
+    return list(range(-1, length))

@@ -1,0 +1,85 @@
+"""What every verifier shares: the verdict, the exact-law representation and two sampling primitives.
+
+A verifier is a pure function of a `DraftTree` and a `torch.Generator` (the only randomness). It
+returns a `Verdict`: the accepted path (node indices, root excluded, in depth order) and the one
+extra token (correction or bonus). Emitted tokens are ``[tree.tokens[i] for i in path] + [token]``.
+
+Exact law given a tree: a float64 tensor ``law`` of shape ``[N+1, V]`` where ``law[i, v]`` is the
+probability that the accepted path ends at node ``i`` (so the path is root..i) and the extra token
+is ``v``. It sums to 1. Expected emitted tokens = sum_i (depth(i) + 1) * law[i].sum().
+
+``state`` is the smallest hook for verifiers whose output law depends on earlier steps
+(greedy block verification modifies the target of the following steps, Block Verification
+Algorithms 5-6). It is ``None`` for every other verifier. The decode loop threads
+``verdict.state`` into the next call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Verdict:
+    path: tuple[int, ...]
+    token: int
+    state: Any = None
+
+    def emitted(self, tree: DraftTree) -> list[int]:
+        return [int(tree.tokens[i]) for i in self.path] + [int(self.token)]
+
+
+SampleFn = Callable[[DraftTree, torch.Generator, Any], Verdict]
+LawFn = Callable[[DraftTree, Any], torch.Tensor]
+CheckFn = Callable[[DraftTree], None]
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A named verifier: how to sample it, its exact law (None where no recursion exists) and the
+    check that raises ValueError for trees it cannot handle."""
+
+    name: str
+    sample: SampleFn
+    law: LawFn | None
+    check: CheckFn
+    description: str = ""
+
+
+def expected_tokens_from_law(tree: DraftTree, law: torch.Tensor) -> float:
+    """E[emitted tokens] = E[len(path) + 1] under an exact law ``[N+1, V]``."""
+    depth = torch.tensor(tree.depths, dtype=torch.float64)
+    return float(((depth + 1.0) * law.sum(dim=1)).sum())
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One draw from an (unnormalised, non-negative) weight vector, via the given generator."""
+    weights = probs.to(torch.float64).clamp_min(0)
+    total = float(weights.sum())
+    if not total > 0.0:
+        raise ValueError("cannot sample from an all-zero distribution")
+    return int(torch.multinomial(weights / total, 1, generator=generator))
+
+
+def uniform(generator: torch.Generator) -> float:
+    """One U(0, 1) draw from the given generator."""
+    return float(torch.rand((), generator=generator, dtype=torch.float64))
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Unnormalised residual max(p - q, 0) (Leviathan et al.; Block Verification Eq. 3 with the
+    missing max restored in the denominator). Returns p itself where the residual has no mass
+    (a measure-zero event; specs/block.md §2.7)."""
+    r = (p.to(torch.float64) - q.to(torch.float64)).clamp_min(0)
+    return r if float(r.sum()) > 0.0 else p.to(torch.float64)
+
+
+def require_chain(tree: DraftTree, name: str) -> None:
+    if not tree.is_chain:
+        raise ValueError(f"verifier {name!r} handles chains only (parents = [-1, 0, 1, ...]); "
+                         f"this tree branches")
