@@ -178,3 +178,175 @@ def chain_parents(length: int) -> list[int]:
     if length < 0:
         raise ValueError(f"chain length must be >= 0, got {length}")
     return list(range(-1, length))
+
+
+# ----- more shape builders (level order: node ids grow with depth, siblings contiguous) -----------
+#
+# All builders below return parent lists in *level order* (every node of depth d comes before every
+# node of depth d+1; the children of a node are consecutive and in sampling order), which is what
+# `drafting.draw_tree` needs to draft one level per draft call. "depth" arguments count the root
+# level (Sequoia's convention, ARCHITECTURE.md); "length" arguments count drafted tokens per sequence.
+
+def _require_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def batch(k: int, length: int) -> list[int]:
+    """k independent sequences of ``length`` drafted tokens each, sharing only the root
+    (Sequoia's "k x L" / SpecInfer's k sequences; ERSS's batch(k) is ``batch(k, 1)``).
+    Size k*length + 1, depth length + 1. Level order: node (d-1)*k + j is token d of sequence j."""
+    k = _require_int("k", k, 1)
+    length = _require_int("length", length, 0)
+    parents = [-1]
+    for d in range(1, length + 1):
+        for j in range(1, k + 1):
+            parents.append(0 if d == 1 else (d - 2) * k + j)
+    return parents
+
+
+def specinfer(k: int, length: int) -> list[int]:
+    """SpecInfer's k x L tree as used by Sequoia's baselines (5x8, 8x8, 16x48): k independent
+    sequences of L drafted tokens, i.e. the same shape as `batch`."""
+    return batch(k, length)
+
+
+def kary(k: int, depth: int) -> list[int]:
+    """The full k-ary tree with ``depth`` levels counting the root: (k^depth - 1)/(k - 1) nodes."""
+    k = _require_int("k", k, 1)
+    depth = _require_int("depth", depth, 1)
+    parents, frontier = [-1], [0]
+    for _ in range(depth - 1):
+        nxt = []
+        for u in frontier:
+            for _ in range(k):
+                parents.append(u)
+                nxt.append(len(parents) - 1)
+        frontier = nxt
+    return parents
+
+
+def binary(depth: int) -> list[int]:
+    """The full binary tree with ``depth`` levels counting the root (2^depth - 1 nodes). Traversal
+    Verification's "binary tree of depth d" (d draft layers, 2^(d+1) - 1 nodes) is ``binary(d + 1)``."""
+    return kary(2, depth)
+
+
+def erss_specinfer(k: int) -> list[int]:
+    """ERSS's "SpecInfer tree" with k drafted tokens (specs/erss.md §2.4): a shared chain of two
+    tokens, then three branches below it grown round-robin; it equals a chain for k <= 3."""
+    k = _require_int("k", k, 0)
+    parents = [-1, 0, 1][: k + 1]
+    for i in range(max(0, k - 2)):
+        parents.append(2 if i < 3 else i)  # extra i continues the branch of extra i-3 (node id i)
+    return parents
+
+
+# EAGLE-1's sparse tree (Spec-Bench `mc_sim_7b_63`, 25 drafted tokens, depth 5 below the root), as
+# listed in specs/traversal.md §2.7: entry [a, b, ...] is the b-th child of the a-th root child ...
+_EAGLE_CHOICES = (
+    (0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
+)
+
+
+def eagle_sparse() -> list[int]:
+    """EAGLE's sparse tree used by Traversal Verification's experiments (26 nodes, depth 6)."""
+    ids = {(): 0}
+    parents = [-1]
+    for choice in _EAGLE_CHOICES:
+        ids[choice] = len(parents)
+        parents.append(ids[choice[:-1]])
+    return parents
+
+
+def validate_parents(parents) -> list[int]:
+    """A parent list as ints, checked: parents[0] == -1 and 0 <= parents[i] < i."""
+    out = [int(p) for p in parents]
+    if not out or out[0] != -1:
+        raise ValueError("a parent list must start with -1 (the root)")
+    for i, p in enumerate(out[1:], start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"node {i}: parent {p} must satisfy 0 <= parent < {i}")
+    return out
+
+
+def parent_depths(parents) -> list[int]:
+    """depths[i] = drafted tokens on the path root..i (root 0) for a parent list."""
+    d = [0] * len(parents)
+    for i in range(1, len(parents)):
+        d[i] = d[parents[i]] + 1
+    return d
+
+
+def is_level_order(parents) -> bool:
+    """True if node depths never decrease with the node index (one draft call per level works)."""
+    d = parent_depths(validate_parents(parents))
+    return all(a <= b for a, b in zip(d, d[1:]))
+
+
+def level_order(parents) -> list[int]:
+    """The same tree relabelled in level order (breadth first, siblings kept in sampling order)."""
+    parents = validate_parents(parents)
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents[1:], start=1):
+        kids[p].append(i)
+    order, new_id, out = [0], {0: 0}, [-1]
+    for u in order:
+        for c in kids[u]:
+            new_id[c] = len(out)
+            out.append(new_id[u])
+            order.append(c)
+    return out
+
+
+SHAPE_FORMS = ("chain:L", "batch:KxL", "specinfer:KxL", "kary:KxD", "binary:D", "erss_specinfer:K",
+               "eagle", "parents:-1,0,0,1")
+
+
+def parse_shape(spec: str) -> list[int]:
+    """Parent list of a shape spec.
+
+    ``chain:L`` (L drafted tokens), ``batch:KxL`` and ``specinfer:KxL`` (K independent sequences of L
+    tokens), ``kary:KxD`` and ``binary:D`` (full trees with D levels counting the root),
+    ``erss_specinfer:K`` (ERSS's SpecInfer tree with K drafted tokens), ``eagle`` (EAGLE's sparse
+    tree) and ``parents:-1,0,0,1`` (an explicit parent list). Unknown specs raise ValueError.
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"a shape spec must be a string like 'chain:8'; got {spec!r}")
+    text = spec.strip().lower()
+    kind, _, arg = text.partition(":")
+
+    def ints(expected: int) -> list[int]:
+        parts = arg.split("x")
+        if len(parts) != expected or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            form = {1: "N", 2: "KxN"}[expected]
+            raise ValueError(f"expected '{kind}:{form}' with integers")
+        return [int(p) for p in parts]
+
+    try:
+        if kind == "chain":
+            return chain_parents(ints(1)[0])
+        if kind == "batch":
+            return batch(*ints(2))
+        if kind == "specinfer":
+            return specinfer(*ints(2))
+        if kind == "kary":
+            return kary(*ints(2))
+        if kind == "binary":
+            return binary(ints(1)[0])
+        if kind == "erss_specinfer":
+            return erss_specinfer(ints(1)[0])
+        if kind == "eagle" and not arg:
+            return eagle_sparse()
+        if kind == "parents":
+            try:
+                values = [int(v) for v in arg.split(",")]
+            except ValueError:
+                raise ValueError("parents must be comma-separated integers") from None
+            return validate_parents(values)
+    except ValueError as err:
+        raise ValueError(f"shape {spec!r}: {err}") from None
+    raise ValueError(f"unknown shape {spec!r}; known forms: {', '.join(SHAPE_FORMS)}")

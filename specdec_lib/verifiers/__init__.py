@@ -13,11 +13,11 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, expected_tokens_from_law
-from . import token, asps, block, greedy_block
+from . import token, asps, block, greedy_block, traversal, erss, spectr, match
 
 VERIFIERS: dict[str, Verifier] = {
     m.VERIFIER.name: m.VERIFIER
-    for m in (token, asps, block, greedy_block)
+    for m in (token, asps, block, greedy_block, traversal, erss, spectr, match)
 }
 
 

@@ -1,0 +1,337 @@
+"""Speculative and autoregressive generation with real LMs, with per-step statistics.
+
+One step of `speculative_generate` (SpecInfer / Sequoia / the chain papers all share it):
+
+1. draft: grow the tree shape level by level (`drafting.draw_tree`), one draft forward per level
+   with tree attention over the draft's own KV cache; children drawn by ``sampling``;
+2. target: ONE forward over the whole tree (tree attention mask, prefix KV cache) gives the target
+   distribution after every root..node path;
+3. verify: ``verifiers.verify(verifier, tree, generator, state)`` returns the accepted path and one
+   extra token; ``verdict.state`` is threaded into the next step (greedy block verification);
+4. commit: both KV caches keep only the accepted path; EOS or ``max_new_tokens`` inside the emitted
+   block cuts the output there.
+
+Distributions follow `sampling.process_logits` (temperature; top-p on the target only). A single
+``torch.Generator`` seeded by ``seed`` drives every random choice (drafting and verification), so the
+same seed gives the same output. Timings synchronise CUDA before reading the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from .sampling import check_sampling_args, process_logits
+from .tree import DraftTree
+from .verifiers import get_verifier, verify
+from .verifiers.base import sample_categorical
+
+__all__ = ["StepStats", "GenerationOutput", "speculative_generate", "autoregressive_generate",
+           "resolve_shape", "measured_acceptance_vector", "check_pair"]
+
+
+@dataclass
+class StepStats:
+    """One decoding step: ``emitted`` tokens appended (after EOS / length cuts), ``accepted`` draft
+    tokens on the accepted path, ``drafted`` nodes in the tree (root excluded), and the seconds spent
+    drafting, in the target forward and in verification. ``tree`` is kept with ``keep_trees=True``."""
+
+    emitted: int
+    accepted: int
+    drafted: int
+    draft_s: float
+    target_s: float
+    verify_s: float
+    tree: DraftTree | None = None
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.target_s + self.verify_s
+
+
+@dataclass
+class GenerationOutput:
+    """``tokens``: the generated token ids (prompt excluded); ``steps``: one `StepStats` per target
+    forward; ``settings``: the method and sampling parameters."""
+
+    tokens: list[int]
+    prompt_ids: list[int]
+    steps: list[StepStats]
+    settings: dict = field(default_factory=dict)
+    stop_reason: str = "length"
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean emitted tokens per target forward (Sequoia's "average generated tokens")."""
+        return self.num_tokens / len(self.steps) if self.steps else 0.0
+
+    @property
+    def time_s(self) -> float:
+        return sum(s.total_s for s in self.steps)
+
+    @property
+    def tokens_per_second(self) -> float:
+        t = self.time_s
+        return self.num_tokens / t if t > 0 else float("nan")
+
+    def text(self, lm, skip_special_tokens: bool = True) -> str:
+        return lm.decode(self.tokens, skip_special_tokens=skip_special_tokens)
+
+
+# ----- checks and shapes -----------------------------------------------------------------------
+
+def check_pair(target, draft) -> None:
+    """ValueError unless draft and target share the vocabulary (size and tokenizer)."""
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"draft {draft.name!r} has vocabulary size {draft.vocab_size} but target "
+                         f"{target.name!r} has {target.vocab_size}; speculative decoding needs one vocabulary")
+    ta, tb = getattr(target, "tokenizer", None), getattr(draft, "tokenizer", None)
+    if ta is not None and tb is not None and ta is not tb:
+        if len(ta) != len(tb) or ta.get_vocab() != tb.get_vocab():
+            raise ValueError(f"draft {draft.name!r} and target {target.name!r} use different tokenizers")
+
+
+def measured_acceptance_vector(temperature: float | None = None) -> list[float]:
+    """The positional acceptance vector measured by the distillation (``draft.json`` of the offline
+    draft): key ``acceptance_vectors`` (temperature string -> list; nearest temperature is used) or
+    ``acceptance_vector`` (a list)."""
+    from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
+
+    path = DRAFT_DIR / DRAFT_JSON_FILE
+    if not path.is_file():
+        raise ValueError(f"no measured acceptance vector: {path} does not exist; pass acceptance_vector=")
+    record = json.loads(path.read_text())
+    vectors = record.get("acceptance_vectors")
+    if isinstance(vectors, dict) and vectors:
+        if temperature is None:
+            key = sorted(vectors)[-1]
+        else:
+            key = min(vectors, key=lambda k: abs(float(k) - float(temperature)))
+        return [float(x) for x in vectors[key]]
+    vector = record.get("acceptance_vector")
+    if isinstance(vector, list) and vector:
+        return [float(x) for x in vector]
+    raise ValueError(f"{path} holds no acceptance_vector(s); pass acceptance_vector=")
+
+
+def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
+                  temperature: float | None = None) -> list[int]:
+    """A tree shape as a parents list (root included).
+
+    ``shape``: a parents list (relabelled to level order if needed), a `tree.parse_shape` spec ("chain:8", "kary:2x3", "specinfer:4x5",
+    "binary:4", "batch:3x4", "parents:-1,0,0"), or "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of
+    size N and depth at most D, root included, from ``acceptance_vector`` or the measured one).
+    """
+    if isinstance(shape, (list, tuple)):
+        parents = [int(p) for p in shape]
+    elif isinstance(shape, str) and shape.startswith("sequoia:"):
+        spec = shape[len("sequoia:"):]
+        try:
+            size, depth = (int(x) for x in spec.split("x")) if "x" in spec else (int(spec), int(spec))
+        except ValueError:
+            raise ValueError(f"bad Sequoia shape {shape!r}; expected 'sequoia:N' or 'sequoia:NxD'") from None
+        if size < 1 or depth < 1:
+            raise ValueError(f"bad Sequoia shape {shape!r}: size and depth must be >= 1")
+        from .theory import sequoia_tree
+
+        vector = list(acceptance_vector) if acceptance_vector is not None \
+            else measured_acceptance_vector(temperature)
+        parents, _ = sequoia_tree(vector, size=size, depth=depth)
+        parents = [int(p) for p in parents]
+    elif isinstance(shape, str):
+        from .tree import parse_shape
+
+        parents = [int(p) for p in parse_shape(shape)]
+    else:
+        raise ValueError(f"unknown tree shape {shape!r}")
+    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents[1:], 1)):
+        raise ValueError(f"shape {shape!r} is not a parents list with parents[0] == -1 and parents[i] < i")
+    from .tree import is_level_order, level_order
+
+    # drafting grows one level per draft forward, so nodes are relabelled breadth first
+    return parents if is_level_order(parents) else level_order(parents)
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    d = [0] * len(parents)
+    for i in range(1, len(parents)):
+        d[i] = d[parents[i]] + 1
+    return d
+
+
+def _sync(*lms) -> None:
+    for lm in lms:
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize(lm.device)
+
+
+def _prompt_list(prompt_ids) -> list[int]:
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).tolist() \
+        if not isinstance(prompt_ids, list) else [int(t) for t in prompt_ids]
+    if not ids:
+        raise ValueError("the prompt is empty: give at least one token")
+    return ids
+
+
+def _check_length(lm, prompt: list[int], extra: int) -> None:
+    if len(prompt) + extra > lm.max_context:
+        raise ValueError(f"prompt of {len(prompt)} tokens is too long for {lm.name!r}: with {extra} more "
+                         f"positions it exceeds the context of {lm.max_context}")
+
+
+def _cut(emitted: list[int], remaining: int, eos: int | None) -> tuple[list[int], str | None]:
+    """Cut an emitted block at EOS (kept) or at the remaining length budget."""
+    reason = None
+    if eos is not None and eos in emitted:
+        emitted = emitted[: emitted.index(eos) + 1]
+        reason = "eos"
+    if len(emitted) >= remaining:
+        if len(emitted) > remaining or reason is None:
+            reason = "length"
+        emitted = emitted[:remaining]
+    return emitted, reason
+
+
+def _resolve_eos(eos_token_id, ignore_eos: bool, lm) -> int | None:
+    if ignore_eos:
+        return None
+    return lm.eos_token_id if eos_token_id is None else int(eos_token_id)
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc=desc, unit="tok", leave=False)
+
+
+# ----- generation --------------------------------------------------------------------------------
+
+def speculative_generate(target, draft, prompt_ids, verifier: str = "block", shape="chain:8",
+                         sampling: str = "iid", temperature: float = 1.0, top_p: float = 1.0,
+                         max_new_tokens: int = 128, eos_token_id: int | None = None, seed: int = 0,
+                         keep_trees: bool = False, acceptance_vector: Sequence[float] | None = None,
+                         ignore_eos: bool = False, progress: bool = False) -> GenerationOutput:
+    """Lossless speculative decoding of ``target`` with ``draft`` (both `LanguageModel`).
+
+    ``verifier``: a name of `verifiers.VERIFIERS`; ``shape``: see `resolve_shape`; ``sampling``: how
+    children are drawn (iid | without_replacement | topk | race); ``temperature`` / ``top_p``: see
+    `sampling.process_logits` (top-p on the target only). ``eos_token_id`` None = the target
+    tokenizer's EOS (``ignore_eos=True`` never stops early). Returns a `GenerationOutput` whose steps
+    hold emitted / accepted / drafted counts and draft / target / verify seconds.
+    """
+    from .drafting import draw_tree
+
+    check_sampling_args(temperature, top_p)
+    get_verifier(verifier)  # unknown verifier -> ValueError before any work
+    check_pair(target, draft)
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    parents = resolve_shape(shape, acceptance_vector, temperature)
+    max_depth = max(_depths(parents))
+    prompt = _prompt_list(prompt_ids)
+    for lm in (target, draft):
+        _check_length(lm, prompt, 1)
+    eos = _resolve_eos(eos_token_id, ignore_eos, target)
+    gen = torch.Generator().manual_seed(int(seed))
+    tsess, dsess = target.session(prompt), draft.session(prompt)
+    T, p = float(temperature), float(top_p)
+    timing = {"target": 0.0}
+
+    def draft_fn(tokens, parents_so_far, nodes):
+        logits = dsess.tree_logits(tokens, parents_so_far, nodes)
+        return process_logits(logits, T, p, apply_top_p=False).cpu()
+
+    def target_fn(tokens, parents_so_far):
+        _sync(draft, target)
+        t0 = time.perf_counter()
+        logits = tsess.tree_logits(tokens, parents_so_far)
+        probs = process_logits(logits, T, p, apply_top_p=True).cpu()
+        _sync(target)
+        timing["target"] += time.perf_counter() - t0
+        return probs
+
+    out: list[int] = []
+    steps: list[StepStats] = []
+    state: Any = None
+    stop = "length"
+    bar = _progress(int(max_new_tokens), progress, f"{verifier} {shape}")
+    while len(out) < max_new_tokens:
+        if len(tsess.fixed) + max_depth > min(target.max_context, draft.max_context):
+            stop = "context"
+            break
+        timing["target"] = 0.0
+        _sync(draft, target)
+        t0 = time.perf_counter()
+        tree = draw_tree(parents, tsess.fixed[-1], draft_fn, sampling, gen, target_fn=target_fn)
+        _sync(draft, target)
+        t1 = time.perf_counter()
+        verdict = verify(verifier, tree, gen, state)
+        t2 = time.perf_counter()
+        state = verdict.state
+        emitted, reason = _cut(verdict.emitted(tree), int(max_new_tokens) - len(out), eos)
+        out.extend(emitted)
+        bar.update(len(emitted))
+        steps.append(StepStats(emitted=len(emitted), accepted=len(verdict.path), drafted=len(parents) - 1,
+                               draft_s=(t1 - t0) - timing["target"], target_s=timing["target"],
+                               verify_s=t2 - t1, tree=tree if keep_trees else None))
+        if reason is not None:
+            stop = reason
+            break
+        tsess.commit(verdict.path, verdict.token)
+        dsess.commit(verdict.path, verdict.token)
+    bar.close()
+    settings = dict(method="speculative", target=target.name, draft=draft.name, verifier=verifier,
+                    shape=shape if isinstance(shape, str) else list(parents), tree_size=len(parents),
+                    sampling=sampling, temperature=T, top_p=p, max_new_tokens=int(max_new_tokens),
+                    eos_token_id=eos, seed=int(seed))
+    return GenerationOutput(out, prompt, steps, settings, stop)
+
+
+def autoregressive_generate(target, prompt_ids, temperature: float = 1.0, top_p: float = 1.0,
+                            max_new_tokens: int = 128, eos_token_id: int | None = None, seed: int = 0,
+                            ignore_eos: bool = False, progress: bool = False) -> GenerationOutput:
+    """Plain sampling from ``target`` with the same distributions (`sampling.process_logits`) and a
+    KV cache; one step per token (``steps[i].target_s`` = forward + processing seconds)."""
+    check_sampling_args(temperature, top_p)
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    prompt = _prompt_list(prompt_ids)
+    _check_length(target, prompt, 1)
+    eos = _resolve_eos(eos_token_id, ignore_eos, target)
+    gen = torch.Generator().manual_seed(int(seed))
+    sess = target.session(prompt)
+    out: list[int] = []
+    steps: list[StepStats] = []
+    stop = "length"
+    bar = _progress(int(max_new_tokens), progress, "autoregressive")
+    while len(out) < max_new_tokens:
+        if len(sess.fixed) >= target.max_context:
+            stop = "context"
+            break
+        _sync(target)
+        t0 = time.perf_counter()
+        probs = process_logits(sess.next_logits(), float(temperature), float(top_p)).cpu()
+        _sync(target)
+        t1 = time.perf_counter()
+        token = sample_categorical(probs, gen)
+        t2 = time.perf_counter()
+        out.append(token)
+        bar.update(1)
+        steps.append(StepStats(emitted=1, accepted=0, drafted=0, draft_s=0.0, target_s=t1 - t0, verify_s=t2 - t1))
+        if eos is not None and token == eos:
+            stop = "eos"
+            break
+        if len(out) < max_new_tokens:
+            sess.append(token)
+    bar.close()
+    settings = dict(method="autoregressive", target=target.name, temperature=float(temperature),
+                    top_p=float(top_p), max_new_tokens=int(max_new_tokens), eos_token_id=eos, seed=int(seed))
+    return GenerationOutput(out, prompt, steps, settings, stop)

@@ -1,0 +1,193 @@
+"""Drawing a draft tree from a draft model, one level per draft call.
+
+`draw_tree(shape_parents, root_token, draft_fn, sampling, generator, target_fn=None)` grows the tree
+of a fixed shape (a parent list in level order, see `tree.level_order`) level by level: at level d it
+calls ``draft_fn`` once for all internal nodes of depth d (so a real model runs one tree-attention
+forward per level) and draws each node's children from its draft row:
+
+* ``iid``: i.i.d. draws with replacement (SpecInfer, naive sampling); duplicate siblings may occur.
+* ``without_replacement``: an ordered sample without replacement (Gumbel-top-k / exponential sort:
+  the first arrivals of ``E / q`` with ``E ~ Exp(1)^V``, specs/sequoia.md §2.5); when a node has more
+  children than the draft has support, the remaining children are uniform without replacement over
+  the tokens not drawn yet (Sequoia's fallback; `verifiers.token` verifies with the same rule).
+* ``topk``: the k most probable draft tokens, ties to the lower token id (deterministic).
+* ``race``: ERSS (specs/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
+  children = ``argsort(e / q)[:k]``; the times are stored in ``DraftTree.race`` for the verifier.
+  A race cannot draft a token of draft probability 0, so more children than the draft's support is
+  an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh race at a leaf.
+
+Every random number comes from the ``generator`` passed in. Leaf draft rows are left at zero ("not
+computed"); the draft is never run on the last level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from .tree import SAMPLING_MODES, DraftTree, parent_depths, validate_parents
+
+DraftFn = Callable[[torch.Tensor, list[int], list[int]], torch.Tensor]
+"""``draft_fn(tokens, parents, nodes) -> [len(nodes), V]``: ``tokens`` (LongTensor [n]) and
+``parents`` (list, root included) describe the tree drawn so far; ``nodes`` are node indices, all at
+the same depth; row r is the draft distribution after the path root..nodes[r]."""
+
+TargetFn = Callable[[torch.Tensor, list[int]], torch.Tensor]
+"""``target_fn(tokens, parents) -> [N+1, V]``: the target distribution after every node's path."""
+
+ROW_TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True)
+class DraftPieces:
+    """A drafted tree before the target has scored it."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    draft_probs: torch.Tensor
+    sampling: str
+    race: torch.Tensor | None = None
+
+    def with_target(self, target_probs: torch.Tensor) -> DraftTree:
+        return DraftTree(self.tokens, self.parents, self.draft_probs, target_probs, self.sampling, self.race)
+
+
+def _check_rows(rows: torch.Tensor, nodes: list[int], vocab: int | None) -> None:
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != len(nodes):
+        shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"draft_fn must return a [{len(nodes)}, V] tensor for nodes {nodes}, got {shape}")
+    if vocab is not None and rows.shape[1] != vocab:
+        raise ValueError(f"draft_fn returned vocabulary {rows.shape[1]}, earlier levels had {vocab}")
+    if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()):
+        raise ValueError(f"draft_fn returned rows with negative or non-finite entries for nodes {nodes}")
+    sums = rows.sum(dim=1, dtype=torch.float64)
+    bad = (sums - 1.0).abs() > ROW_TOLERANCE
+    if bool(bad.any()):
+        r = int(bad.nonzero()[0])
+        raise ValueError(f"draft distribution of node {nodes[r]} sums to {float(sums[r])}, not 1 "
+                         f"(zero draft support cannot propose children)")
+
+
+def _exponentials(vocab: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.empty(vocab, dtype=torch.float64).exponential_(1.0, generator=generator)
+
+
+def _first_arrivals(race: torch.Tensor, q: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` smallest arrival times race / q (tokens with q == 0 never arrive)."""
+    arrival = torch.where(q > 0, race / q, torch.full_like(q, float("inf")))
+    return torch.topk(arrival, count, largest=False, sorted=True).indices
+
+
+def draw_children(q: torch.Tensor, k: int, sampling: str, generator: torch.Generator,
+                  node: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draw ``k`` ordered children from the draft row ``q`` (module docstring); returns the tokens
+    (LongTensor [k]) and, for ``race``, the node's arrival times (float64 [V])."""
+    q = q.to(torch.float64)
+    q = q / q.sum()
+    vocab = q.shape[0]
+    if sampling == "iid":
+        return torch.multinomial(q, k, replacement=True, generator=generator), None
+    if k > vocab:
+        raise ValueError(f"node {node}: {k} distinct children cannot be drawn from {vocab} tokens "
+                         f"(sampling={sampling!r})")
+    if sampling == "topk":
+        return torch.sort(q, descending=True, stable=True).indices[:k], None
+    support = int((q > 0).sum())
+    race = _exponentials(vocab, generator)
+    if sampling == "race":
+        if k > support:
+            raise ValueError(f"node {node}: a race cannot draft {k} children from a draft with "
+                             f"{support} tokens of positive probability (q = 0 never arrives)")
+        return _first_arrivals(race, q, k), race
+    if sampling == "without_replacement":
+        first = _first_arrivals(race, q, min(k, support))
+        if k <= support:
+            return first, None
+        unused = (q <= 0).nonzero().flatten()  # the support is used up: uniform over the rest
+        pick = torch.randperm(unused.shape[0], generator=generator)[: k - support]
+        return torch.cat([first, unused[pick]]), None
+    raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+
+
+def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, sampling: str,
+              generator: torch.Generator, target_fn: TargetFn | None = None) -> DraftTree | DraftPieces:
+    """Draft a tree of the given shape (module docstring).
+
+    Returns the complete `DraftTree` when ``target_fn`` is given, else the `DraftPieces` (tokens,
+    parents, draft rows, race) to be scored with ``pieces.with_target(target_probs)``.
+    """
+    if sampling not in SAMPLING_MODES:
+        raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+    parents = validate_parents(shape_parents)
+    depths = parent_depths(parents)
+    if any(a > b for a, b in zip(depths, depths[1:])):
+        raise ValueError("draw_tree needs a shape in level order (node depths non-decreasing with the "
+                         "index); relabel it with specdec_lib.tree.level_order(parents)")
+    n = len(parents)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(parents[1:], start=1):
+        children[p].append(i)
+    tokens = torch.zeros(n, dtype=torch.long)
+    tokens[0] = int(root_token)
+    draft_probs: torch.Tensor | None = None
+    race: torch.Tensor | None = None
+    for level in range(max(depths)):
+        nodes = [i for i in range(n) if depths[i] == level and children[i]]
+        known = sum(1 for d in depths if d <= level)  # level order: nodes 0..known-1 are drawn
+        rows = draft_fn(tokens[:known].clone(), parents[:known], nodes)
+        _check_rows(rows, nodes, None if draft_probs is None else draft_probs.shape[1])
+        if draft_probs is None:
+            draft_probs = torch.zeros(n, rows.shape[1], dtype=rows.dtype)
+            if sampling == "race":
+                race = torch.ones(n, rows.shape[1], dtype=torch.float64)
+        for node, row in zip(nodes, rows):
+            kids = children[node]
+            toks, node_race = draw_children(row, len(kids), sampling, generator, node)
+            tokens[kids] = toks
+            draft_probs[node] = row
+            if node_race is not None:
+                race[node] = node_race
+    if draft_probs is None:  # a root-only tree: one draft call, only to learn the vocabulary
+        rows = draft_fn(tokens.clone(), list(parents), [0])
+        _check_rows(rows, [0], None)
+        draft_probs = rows.clone()
+        if sampling == "race":
+            race = torch.ones(n, rows.shape[1], dtype=torch.float64)
+    pieces = DraftPieces(tokens, torch.tensor(parents, dtype=torch.long), draft_probs, sampling, race)
+    if target_fn is None:
+        return pieces
+    return pieces.with_target(target_fn(tokens.clone(), list(parents)))
+
+
+def paths(tokens: torch.Tensor, parents: Sequence[int], prefix: Sequence[int] = ()) -> list[tuple[int, ...]]:
+    """The context of every node: ``prefix`` followed by the drafted tokens root..node (the root's
+    token is the last prefix token and is not repeated)."""
+    toks = tokens.tolist()
+    out: list[tuple[int, ...]] = []
+    for i, p in enumerate(parents):
+        out.append(tuple(prefix) if p < 0 else out[p] + (toks[i],))
+    return out
+
+
+def context_draft_fn(probs: Callable[[tuple[int, ...]], torch.Tensor], prefix: Sequence[int]) -> DraftFn:
+    """A `DraftFn` from a context -> distribution function (e.g. a toy LM's ``probs``); ``prefix``
+    ends with the root token."""
+    prefix = tuple(int(t) for t in prefix)
+
+    def draft_fn(tokens: torch.Tensor, parents: list[int], nodes: list[int]) -> torch.Tensor:
+        ctx = paths(tokens, parents, prefix)
+        return torch.stack([probs(ctx[i]) for i in nodes])
+
+    return draft_fn
+
+
+def context_target_fn(probs: Callable[[tuple[int, ...]], torch.Tensor], prefix: Sequence[int]) -> TargetFn:
+    """A `TargetFn` from a context -> distribution function; ``prefix`` ends with the root token."""
+    prefix = tuple(int(t) for t in prefix)
+
+    def target_fn(tokens: torch.Tensor, parents: list[int]) -> torch.Tensor:
+        return torch.stack([probs(c) for c in paths(tokens, parents, prefix)])
+
+    return target_fn

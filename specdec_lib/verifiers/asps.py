@@ -1,0 +1,86 @@
+"""ASpS: accelerated speculative sampling based on Tree Monte Carlo (Hu & Huang, ICML'24,
+Algorithm 1 with the typos fixed; specs/asps.md §2.3.2), on chains only.
+
+Notation (specs/asps.md, 0-based rows here): drafts ``x_1..x_L``, draft rows ``Q[0..L-1]``,
+target rows ``P[0..L]``. ``PN[j, y]`` is the probability that the step accepts the first j drafts
+and emits ``y`` at position j+1. Algorithm 1 builds PN row by row; at step k (1-based):
+
+* ``D = D_{k-1}`` is the "all k-1 drafts accepted" mass (``D_0 = 1``);
+* ``C1 = max(0, Q[k-1] - D P[k-1])`` (draft coupling mass is the full ``q_k``: the one change
+  from SpS), ``w_k = C1[x_k] / sum(C1) / Q[k-1][x_k]``, and ``w_k = 1`` when ``sum(C1) = 0``
+  (corner case (i): then ``D = 1`` and ``Q = P``, and all older mass is 0);
+* the older rows are rescaled by ``w_k`` (ASpS only), row k-1 becomes
+  ``w_k max(0, D P[k-1] - Q[k-1])`` and its draft cell ``D_k = min(1, D P[k-1][x_k] / Q[k-1][x_k])``,
+  which is zeroed again at step k+1.
+
+Closed form used here (no loop over positions): ``D_k`` obeys ``D_k = min(1, D_{k-1} r_k)``, i.e. it
+is exactly the block-verification weight ``p_k = exp(S_k - cummax S)``, and row j of the final PN is
+``(prod_{k >= j+1} w_k) * max(0, D_j P[j] - Q[j])`` off the draft cell. The products of the ``w_k``
+are suffix sums of ``log w_k`` (log space where it matters: ``w_k`` can be huge or 0, ``D`` can be 0,
+case (iii), and ``log D = -inf`` propagates without NaN). The "all accepted" cell ``D_L`` is
+followed by the bonus token from ``P[L]``, so ``law[L] = D_L P[L]`` (after EOS the target is a
+point mass on EOS, so an EOS-terminated draft gets a harmless EOS bonus).
+
+At L = 1 ASpS is exactly token-level speculative sampling (paper Sec. 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..tree import DraftTree
+from .base import Verdict, Verifier, sample_categorical
+from .block import chain_inputs, check_chain, log_block_weights
+
+
+def pn_law(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Exact law ``[L+1, V]`` of ASpS given ``P [L+1, V]``, ``Q [L, V]``, drafts ``x [L]``:
+    rows 0..L-1 are Algorithm 1's final ``PN`` with the "all accepted" cell removed, row L is
+    ``D_L * P[L]`` (bonus)."""
+    L = Q.shape[0]
+    log_d = log_block_weights(P, Q, x)                      # log D_0 .. log D_L
+    if L == 0:
+        return P[:1].clone()
+    idx = torch.arange(L)
+    excess = torch.exp(log_d[:L, None]) * P[:L] - Q          # D_{k-1} P[k-1] - Q[k-1]
+    c1 = (-excess).clamp_min(0)                              # (m_ref - m)_+
+    s = c1.sum(dim=1)
+    safe_s = torch.where(s > 0, s, torch.ones_like(s))
+    log_w = torch.where(s > 0, torch.log(c1[idx, x]) - torch.log(safe_s) - torch.log(Q[idx, x]),
+                        torch.zeros_like(s))
+    log_scale = torch.flip(torch.cumsum(torch.flip(log_w, [0]), 0), [0])   # sum_{k >= j+1} log w_k
+    # where() instead of a product so that an unused row never turns into inf * 0 = NaN
+    rows = torch.where(excess > 0, torch.exp(log_scale)[:, None] * excess, torch.zeros_like(excess))
+    rows[idx, x] = 0.0
+    return torch.cat([rows, torch.exp(log_d[L]) * P[L:L + 1]])
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    """Exact law ``[N+1, V]`` of ASpS on a chain (law[j, y] = P(j drafts accepted, extra token y))."""
+    P, Q, x = chain_inputs(tree)
+    return pn_law(P, Q, x)
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    """Algorithm 1: one categorical draw over the cells of ``PN`` (plus the bonus row)."""
+    P, Q, x = chain_inputs(tree)
+    table = pn_law(P, Q, x)
+    cell = sample_categorical(table.flatten(), generator)
+    j, y = divmod(cell, table.shape[1])
+    return Verdict(path=tuple(range(1, j + 1)), token=y)
+
+
+def check(tree: DraftTree) -> None:
+    check_chain(tree, "asps")
+
+
+VERIFIER = Verifier(
+    name="asps",
+    sample=sample,
+    law=law,
+    check=check,
+    description="ASpS (Hu & Huang ICML'24, Alg. 1): Tree-Monte-Carlo chain verifier; the draft-side "
+                "coupling mass is the full q_k, earlier residual outputs are rescaled. Chains only.",
+)

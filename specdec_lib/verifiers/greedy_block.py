@@ -1,0 +1,184 @@
+"""Greedy block verification with the distribution modification (Sun et al., ICLR'25, Appendix C,
+Algorithms 4-6; specs/block.md §2.4-2.6), on chains.
+
+Algorithm 4 is block verification with the UNCLIPPED joint ratio ``p~_i = M_b(x^i|c) / M_s(x^i|c)``
+as weight: ``h_i = 1`` when ``p~_i > 1``, else ``R_i / (R_i + 1 - p~_i)``; ``h_g = min(1, p~_g)``;
+the extra token comes from ``max(p~_tau P[tau] - Q[tau], 0)`` (Eq. 30). It reaches the maximal
+coupling of every prefix in one iteration (Lemma 9) but is lossless only if the target of the
+following positions is modified (Algorithm 5, joint-probability reading, specs/block.md §2.5):
+after a step from block start c emitted ``A = (x^tau, Y)``, for the next ``H = g - tau - 1``
+positions
+
+    M_new(x | c, A, z) ∝ max(rho * M(x | c, A, z) - M_s(x | c, A, z), 0),
+    rho = M(A, z | c) / M_s(A, z | c)   (joint probabilities since the block start c),
+
+where ``M`` is the target that verified that step (itself possibly modified: the modifications
+compose, Algorithm 6). Beyond its horizon a modification leaves the target unchanged.
+
+State carried in ``Verdict.state`` (`GreedyBlockState`, ``None`` when nothing is pending): one
+`PendingModification` per earlier step whose horizon reaches into the next block, oldest first, each
+holding just
+
+* ``log_target``: log M(emitted tokens since its block start | block start), under the target ``M``
+  that verified that step,
+* ``log_draft``: log M_s(the same tokens | block start),
+* ``remaining``: how many positions of the next block it still modifies.
+
+That is all Algorithm 5 needs: the next tree holds the unmodified target rows and the draft rows
+along its path, which extend both joints position by position. `verify(tree, gen, state)` first
+rebuilds the current target rows from the tree's rows by applying the pending modifications
+oldest first (each one's ``rho`` uses the target as it was before that modification), then runs
+Algorithm 4 on them, then returns the new state (`next_state`): every pending modification's
+joints are extended by the emitted tokens (``remaining -= tau + 1``; it is dropped at 0) and the
+step's own modification (``remaining = g - tau - 1``) is appended. A context where a modified row
+has no mass is unreachable under the modified target; its row falls back to the unmodified one.
+
+``law(tree, state)`` is the exact law of (tau, Y) given the tree and the state; the decode loop
+only threads ``verdict.state``. The draft rows at the leaf are needed only if a pending
+modification outlives a shorter next tree (the draft length changed); then they must be given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..tree import DraftTree
+from .base import Verdict, Verifier
+from .block import _normalised, chain_inputs, check_chain, law_from_weights, log_ratios, sample_from_weights
+
+
+@dataclass(frozen=True)
+class PendingModification:
+    """One earlier step's target modification (Algorithm 5) that still reaches the next block."""
+
+    log_target: float
+    log_draft: float
+    remaining: int
+
+
+@dataclass(frozen=True)
+class GreedyBlockState:
+    """The modifications pending for the next block, oldest first."""
+
+    pending: tuple[PendingModification, ...]
+
+
+def _check_state(state: Any) -> tuple[PendingModification, ...]:
+    if state is None:
+        return ()
+    if not isinstance(state, GreedyBlockState):
+        raise ValueError(f"greedy_block state must be None or GreedyBlockState, got {type(state).__name__}")
+    return state.pending
+
+
+def _draft_rows(tree: DraftTree, rows_needed: int) -> torch.Tensor:
+    """Draft rows ``[rows_needed, V]``; the leaf row is only read when a modification outlives
+    the chain, and must then be a distribution."""
+    g = tree.num_nodes - 1
+    if rows_needed > g:
+        leaf = tree.draft_probs[g]
+        if not float(leaf.sum()) > 0.0:
+            raise ValueError("greedy_block: a pending target modification reaches past this chain's "
+                             "last draft, so the draft row at the leaf is needed but is all zeros "
+                             "(keep gamma fixed, or give the leaf's draft row)")
+        return _normalised(tree.draft_probs[:rows_needed])
+    return _normalised(tree.draft_probs[:g])
+
+
+def _path_logs(rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``[0, log rows[0][x_1], log rows[0][x_1] + log rows[1][x_2], ...]`` (prefix sums)."""
+    idx = torch.arange(x.shape[0])
+    return torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(torch.log(rows[idx, x]), 0)])
+
+
+def modified_targets(tree: DraftTree, state: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """``(levels, Q)``: ``levels[0]`` the tree's target rows, ``levels[m+1]`` after applying the
+    m-th pending modification (oldest first); ``levels[-1]`` is the target this step verifies."""
+    pending = _check_state(state)
+    P, _, x = chain_inputs(tree)
+    g = x.shape[0]
+    need = max([0] + [min(m.remaining, g + 1) for m in pending])
+    Q = _draft_rows(tree, max(g, need))
+    levels = [P]
+    for mod in pending:
+        pre = levels[-1]
+        r = min(mod.remaining, g + 1)
+        lt = mod.log_target + _path_logs(pre, x)[:r]
+        ld = mod.log_draft + _path_logs(Q[:g], x)[:r]
+        top = torch.maximum(lt, ld)
+        reach = torch.isfinite(top)
+        safe_top = torch.where(reach, top, torch.zeros_like(top))
+        res = (torch.exp(lt - safe_top)[:, None] * pre[:r] - torch.exp(ld - safe_top)[:, None] * Q[:r]).clamp_min(0)
+        mass = res.sum(dim=1, keepdim=True)
+        ok = (mass > 0) & reach[:, None]
+        rows = torch.where(ok, res / torch.where(mass > 0, mass, torch.ones_like(mass)), pre[:r])
+        levels.append(torch.cat([rows, pre[r:]]))
+    return levels, Q
+
+
+def _log_joint_weights(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``log p~_0..log p~_g``: the joint ratio M_b(x^i)/M_s(x^i), no clipping (Alg. 4)."""
+    return torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(log_ratios(P, Q, x), 0)])
+
+
+def _advance(levels: list[torch.Tensor], Q: torch.Tensor, x: torch.Tensor, state: Any, tau: int,
+             y: int) -> GreedyBlockState | None:
+    pending = _check_state(state)
+    g = x.shape[0]
+    emitted = torch.cat([x[:tau], torch.tensor([y])])
+
+    def joint(rows: torch.Tensor) -> float:
+        idx = torch.arange(tau + 1)
+        return float(torch.log(rows[idx, emitted]).sum())
+
+    out = []
+    for m, mod in enumerate(pending):
+        left = mod.remaining - (tau + 1)
+        if left > 0:  # then Q holds the leaf row too (see _draft_rows)
+            out.append(PendingModification(mod.log_target + joint(levels[m]),
+                                           mod.log_draft + joint(Q), left))
+    horizon = g - tau - 1
+    if horizon > 0:
+        out.append(PendingModification(joint(levels[-1]), joint(Q), horizon))
+    return GreedyBlockState(tuple(out)) if out else None
+
+
+def next_state(tree: DraftTree, state: Any, path: tuple[int, ...], token: int) -> GreedyBlockState | None:
+    """State after the step on ``tree`` accepted ``path`` and emitted ``token`` (Algorithm 6 line 6)."""
+    levels, Q = modified_targets(tree, state)
+    return _advance(levels, Q, tree.tokens[1:], state, len(path), int(token))
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    """Exact law ``[N+1, V]`` of Algorithm 4 on the tree's target modified by ``state``."""
+    levels, Q = modified_targets(tree, state)
+    P, x = levels[-1], tree.tokens[1:]
+    g = x.shape[0]
+    return law_from_weights(P, Q[:g], _log_joint_weights(P, Q[:g], x))
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    """Algorithms 4 + 5: verdict of this step, carrying the modification state of the next ones."""
+    levels, Q = modified_targets(tree, state)
+    P, x = levels[-1], tree.tokens[1:]
+    g = x.shape[0]
+    tau, y = sample_from_weights(P, Q[:g], _log_joint_weights(P, Q[:g], x), generator)
+    return Verdict(path=tuple(range(1, tau + 1)), token=y, state=_advance(levels, Q, x, state, tau, y))
+
+
+def check(tree: DraftTree) -> None:
+    check_chain(tree, "greedy_block")
+
+
+VERIFIER = Verifier(
+    name="greedy_block",
+    sample=sample,
+    law=law,
+    check=check,
+    description="Greedy block verification (Sun et al. ICLR'25, Algs. 4-6): maximal coupling of every "
+                "prefix in one step, lossless across steps through the target modification carried "
+                "in Verdict.state.",
+)

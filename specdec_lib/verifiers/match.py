@@ -1,0 +1,74 @@
+"""``match``: draw from the target at each node and follow a matching child (specs/sequoia.md §2.9).
+
+Starting at the root: draw ``y ~ P(.|node)``; if a child of the node has token ``y`` (the first such
+child when an iid tree has duplicates), accept it and continue from it; otherwise emit ``y`` as the
+extra token and stop. Every emitted token is a fresh draw from the target given the tokens before
+it, so this is lossless on any tree, whatever drew it. With the draft's top-k as children it is
+Sequoia's top-k sampling baseline (acceptance = sum of the target mass on the children); with i.i.d.
+children it is the "naive sampling" baseline.
+
+Exact law given the tree: reach(child) = reach(node) * P(x_child | node) for the first child of each
+token, and law[node, v] = reach(node) * P(v | node) for tokens v that match no child.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..tree import DraftTree
+from .base import Verdict, Verifier, sample_categorical
+from .token import target_row
+
+NAME = "match"
+
+
+def _first_child_by_token(tree: DraftTree, node: int, tokens: list[int]) -> dict[int, int]:
+    first: dict[int, int] = {}
+    for c in tree.children[node]:
+        first.setdefault(tokens[c], c)
+    return first
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    tokens = tree.tokens.tolist()
+    node, path = 0, []
+    while True:
+        y = sample_categorical(target_row(tree, node), generator)
+        nxt = _first_child_by_token(tree, node, tokens).get(y)
+        if nxt is None:
+            return Verdict(tuple(path), y)
+        path.append(nxt)
+        node = nxt
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    tokens = tree.tokens.tolist()
+    out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
+    reach = [0.0] * tree.num_nodes
+    reach[0] = 1.0
+    for node in range(tree.num_nodes):
+        if reach[node] == 0.0:
+            continue
+        p = target_row(tree, node)
+        row = reach[node] * p
+        for x, c in _first_child_by_token(tree, node, tokens).items():
+            reach[c] = reach[node] * float(p[x])
+            row[x] = 0.0
+        out[node] = row
+    return out
+
+
+def check(tree: DraftTree) -> None:
+    """Any tree: the verifier never looks at how the children were drawn."""
+
+
+VERIFIER = Verifier(
+    name=NAME,
+    sample=sample,
+    law=law,
+    check=check,
+    description="draw from the target at each node and follow a matching child (lossless on any tree; "
+                "Sequoia's top-k baseline on top-k trees)",
+)

@@ -1,0 +1,225 @@
+"""``token``: token-level verification. Leviathan et al. / Chen et al. on chains; recursive rejection
+sampling (RRS) on trees, top-down, one node at a time (SpecInfer; Sequoia Algorithm 1; the GSS tree
+algorithm of ERSS, Algorithm 4 as corrected in specs/erss.md §2.5; Traversal Verification's "Tok.V",
+specs/traversal.md §2.3).
+
+At an accepted node ``i`` (the root first) with target row ``p_i``, the children ``c_1..c_k`` are
+tested in sampling order. Child ``c_j`` (token ``x``) was proposed by the distribution ``D_j`` it was
+drawn from; with the current target residual ``R`` (initially ``p_i``)::
+
+    accept c_j with probability min(1, R[x] / D_j[x])        -> descend into c_j
+    otherwise R <- norm(max(R - D_j, 0))                       (uses D_j BEFORE x is removed)
+    if every child is rejected: extra token ~ R                (a leaf: extra token ~ p_i)
+
+This is lossless for any *adaptive* sequence of proposals ``D_j`` as long as child ``j`` really was
+drawn from ``D_j`` given the earlier children. Which ``D_j`` applies is fixed by ``tree.sampling``:
+
+* ``iid`` (SpecInfer, naive sampling with replacement): ``D_j = q_i`` for every j (RRS).
+* ``without_replacement`` (Sequoia Algorithm 1, GSS): ``D_1 = q_i`` and ``D_{j+1}`` is ``D_j`` with
+  ``x_j`` zeroed and renormalised; once the draft support is used up, ``D_{j+1}`` is uniform over the
+  tokens not yet drawn (Sequoia's uniform fallback, the same rule `drafting.draw_tree` draws with).
+* ``race`` (ERSS drafting): the children are the first arrivals of an exponential race under ``q_i``,
+  i.e. a Gumbel-top-k sample, which has exactly the law of sampling without replacement. The
+  without-replacement rule applies; the stored race times are not used (fresh uniforms decide), so on
+  a race tree this is the paper's GSS baseline.
+* ``topk``: the children are the draft's deterministic top-k, so the distribution that proposed child
+  ``j`` is the point mass on ``x_j``. RRS against point masses accepts ``c_j`` with probability
+  ``R[x_j]`` and removes ``x_j`` from ``R``: the same law as drawing ``y ~ p_i`` once and following
+  the child with token ``y`` (Sequoia's top-k baseline, specs/sequoia.md §2.9; see ``match``).
+  Using ``q_i`` itself here would be lossy (the children were not drawn from it).
+
+Exact law given the tree (`law`): every coin is replaced by its probability; the residual updates
+are deterministic, so the recursion costs O(N V).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..tree import DraftTree
+from .base import Verdict, Verifier, sample_categorical, uniform
+
+NAME = "token"
+
+
+def target_row(tree: DraftTree, node: int) -> torch.Tensor:
+    """Target row of ``node`` in float64, renormalised by its explicit sum (specs/traversal.md §2.8 #12)."""
+    row = tree.target_probs[node].to(torch.float64)
+    return row / row.sum()
+
+
+def draft_row(tree: DraftTree, node: int) -> torch.Tensor:
+    """Draft row of an internal ``node`` in float64, renormalised by its explicit sum."""
+    row = tree.draft_probs[node].to(torch.float64)
+    return row / row.sum()
+
+
+def proposal_rule(sampling: str) -> str:
+    """Which proposal sequence D_1, D_2, ... the children of a node were drawn from."""
+    if sampling == "iid":
+        return "iid"
+    if sampling in ("without_replacement", "race"):
+        return "without_replacement"
+    if sampling == "topk":
+        return "point_mass"
+    raise ValueError(f"unknown sampling mode {sampling!r}")
+
+
+class Proposal:
+    """The distribution ``D_j`` that proposed the next child of one node (module docstring).
+
+    ``prob(x)`` is ``D_j[x]``, ``dist()`` the whole row ``D_j`` (float64 [V]) and ``drawn(x)`` moves to
+    ``D_{j+1}`` after child ``x`` was drawn (and rejected).
+    """
+
+    def __init__(self, tree: DraftTree, node: int, rule: str):
+        self.rule = rule
+        self.vocab = tree.vocab_size
+        self.removed: list[int] = []
+        self._row = draft_row(tree, node) if rule != "point_mass" else None
+        self._next: int | None = None  # token of the next child, for point masses
+
+    def expect(self, x: int) -> None:
+        """Announce the next child's token (only point-mass proposals depend on it)."""
+        self._next = x
+
+    def prob(self, x: int) -> float:
+        if self.rule == "point_mass":
+            return 1.0 if x == self._next else 0.0
+        return float(self._row[x])
+
+    def dist(self) -> torch.Tensor:
+        if self.rule == "point_mass":
+            d = torch.zeros(self.vocab, dtype=torch.float64)
+            d[self._next] = 1.0
+            return d
+        return self._row
+
+    def drawn(self, x: int) -> None:
+        self.removed.append(x)
+        if self.rule != "without_replacement":
+            return
+        row = self._row.clone()
+        row[x] = 0.0
+        total = float(row.sum())
+        if total > 0.0:
+            self._row = row / total
+            return
+        # Draft support used up: uniform over the tokens not drawn yet (Sequoia, specs/sequoia.md §2.6).
+        row = torch.ones(self.vocab, dtype=torch.float64)
+        row[self.removed] = 0.0
+        total = float(row.sum())
+        if total <= 0.0:
+            raise ValueError("a node has more children than there are tokens in the vocabulary")
+        self._row = row / total
+
+
+def rrs_residual(residual: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
+    """norm(max(R - D, 0)). Zero mass means the rejection had probability 0; R is then kept
+    (the base.residual convention for measure-zero events)."""
+    r = (residual - proposal).clamp_min(0.0)
+    total = float(r.sum())
+    return r / total if total > 0.0 else residual
+
+
+def _child_token(tree: DraftTree, child: int) -> int:
+    return int(tree.tokens[child])
+
+
+def _accept_prob(residual: torch.Tensor, proposal: Proposal, x: int, child: int) -> float:
+    d = proposal.prob(x)
+    if d <= 0.0:
+        raise ValueError(f"node {child}: token {x} has zero probability under the distribution it was "
+                         f"drawn from; the tree does not match sampling rule {proposal.rule!r}")
+    return min(1.0, float(residual[x]) / d)
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    """One token-level verification (module docstring); ``generator`` is the only randomness."""
+    rule = proposal_rule(tree.sampling)
+    kids = tree.children
+    node, path = 0, []
+    while True:
+        residual = target_row(tree, node)
+        accepted = None
+        if kids[node]:
+            proposal = Proposal(tree, node, rule)
+            for child in kids[node]:
+                x = _child_token(tree, child)
+                proposal.expect(x)
+                if uniform(generator) < _accept_prob(residual, proposal, x, child):
+                    accepted = child
+                    break
+                residual = rrs_residual(residual, proposal.dist())
+                proposal.drawn(x)
+        if accepted is None:
+            return Verdict(tuple(path), sample_categorical(residual, generator))
+        path.append(accepted)
+        node = accepted
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    """Exact law [N+1, V] of (path end node, extra token) given the tree."""
+    rule = proposal_rule(tree.sampling)
+    n, vocab = tree.num_nodes, tree.vocab_size
+    out = torch.zeros(n, vocab, dtype=torch.float64)
+    reach = [0.0] * n
+    reach[0] = 1.0
+    for node in range(n):  # parents precede children, so reach[node] is final here
+        if reach[node] == 0.0:
+            continue
+        residual = target_row(tree, node)
+        survive = 1.0
+        if tree.children[node]:
+            proposal = Proposal(tree, node, rule)
+            for child in tree.children[node]:
+                x = _child_token(tree, child)
+                proposal.expect(x)
+                a = _accept_prob(residual, proposal, x, child)
+                reach[child] = reach[node] * survive * a
+                survive *= 1.0 - a
+                if survive == 0.0:
+                    break
+                residual = rrs_residual(residual, proposal.dist())
+                proposal.drawn(x)
+        out[node] = reach[node] * survive * residual
+    return out
+
+
+def check_consistent_draws(tree: DraftTree, name: str) -> None:
+    """Raise if a child of a without-replacement / race tree could not have been drawn: its token has
+    zero draft probability although the draft support was not yet used up by earlier siblings."""
+    if proposal_rule(tree.sampling) != "without_replacement" or tree.num_nodes == 1:
+        return
+    par = tree.parents[1:]
+    qx = tree.draft_probs[par, tree.tokens[1:]]
+    zero = (qx <= 0).nonzero().flatten().tolist()
+    for idx in zero:
+        child = idx + 1
+        parent = tree.parent_list[child]
+        support = int((tree.draft_probs[parent] > 0).sum())
+        earlier = [c for c in tree.children[parent] if c < child]
+        drawn_from_support = sum(1 for c in earlier if float(tree.draft_probs[parent, tree.tokens[c]]) > 0)
+        if drawn_from_support < support:
+            raise ValueError(
+                f"verifier {name!r}: node {child} has draft probability 0 under its parent's row but only "
+                f"{drawn_from_support} of the {support} supported tokens were drawn before it; such a "
+                f"child cannot come from sampling without replacement")
+
+
+def check(tree: DraftTree) -> None:
+    """Every sampling mode is accepted (see the module docstring for the rule each one uses)."""
+    check_consistent_draws(tree, NAME)
+
+
+VERIFIER = Verifier(
+    name=NAME,
+    sample=sample,
+    law=law,
+    check=check,
+    description="token-level verification: Leviathan/Chen on chains, recursive rejection sampling on "
+                "trees (with replacement for iid, without replacement for without_replacement and race "
+                "trees, point-mass proposals for top-k trees)",
+)

@@ -1,0 +1,181 @@
+"""``traversal``: Traversal Verification (Weng et al., NeurIPS 2025, Algorithm 3; specs/traversal.md §2.4).
+
+The tree is visited in post-order DFS with children in sampling order (leaves first, then up to the
+root). Every node carries a *sequence-level* acceptance rate ``rho``; the root has ``rho = 1`` and a
+child ``c`` (token ``x``) of node ``u`` gets, from ``u``'s *current* state,
+
+    rho(c) = min(1, rho(u) * Mb(x|u) / Ms(x|u)).
+
+A node is tested only after all its children's subtrees were rejected; it is accepted with
+probability ``rho`` and then the whole root..node path is accepted, with the extra token drawn from the
+node's current target row. When the subtree of child ``c`` is rejected, node ``u`` is updated with
+Eqs. (1)-(3), all on the current values:
+
+    S        = sum_x [rho(u) Mb(x|u) - Ms(x|u)]_+
+    Mb'(.|u) = [rho(u) Mb(.|u) - Ms(.|u)]_+ / S                       (Eq. 1)
+    Ms'(.|u) = Ms(.|u) with x removed, renormalised                   (Eq. 2, without replacement only)
+    rho'(u)  = S / (S + (1 - rho(u)))                                 (Eq. 3, evaluated with these
+                                                                       parentheses: (S + 1) - rho cancels)
+
+and ``rho(root)`` stays exactly 1. If ``S = 0`` below the root, ``rho'(u) = 0`` and ``u`` with its
+remaining subtree is rejected at once (the zero-mass prune of specs/traversal.md §2.4).
+
+Like ``token``, the draft row ``Ms`` that each child was drawn from follows ``tree.sampling``
+(`token.Proposal`): ``iid`` keeps it (Eq. 2 skipped; sequence-level RRS), ``without_replacement`` and
+``race`` (a Gumbel-top-k sample) apply Eq. 2, with Sequoia's uniform fallback over the tokens not yet
+drawn once the draft support is used up, and ``topk`` trees use the point mass on each child. The
+proof (App. F: ordinary RRS on the vocabulary extended by a never-drafted token ``⊥`` of mass
+``1 - rho``) holds for any adaptive proposal sequence, so all four are lossless (tested exactly).
+
+On a chain the output law equals Block Verification's (Thm 3.4; tested exactly against ``block``).
+
+Exact law given the tree (`law`): the same traversal with every coin replaced by its probability;
+each node is visited once with a deterministic state, so it costs O(N V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..tree import DraftTree
+from .base import Verdict, Verifier, sample_categorical, uniform
+from .token import Proposal, check_consistent_draws, proposal_rule, target_row
+
+NAME = "traversal"
+
+
+def sequence_rate(mass: float, rho: float) -> float:
+    """Eq. (3): rho' = S / (S + (1 - rho)), with the parentheses that avoid cancellation."""
+    denom = mass + (1.0 - rho)
+    return mass / denom if denom > 0.0 else 0.0
+
+
+@dataclass
+class _Node:
+    """The current (rho, Mb, Ms) of a node while its children are traversed."""
+
+    node: int
+    rho: float
+    target: torch.Tensor | None = None
+    proposal: Proposal | None = None
+    next_child: int = 0
+    dead: bool = False  # rho fell to 0 below the root: the node and its remaining subtree are rejected
+    # law only: probability of reaching this node's visit, and that every child subtree so far failed
+    weight: float = 0.0
+    survive: float = 1.0
+
+    @classmethod
+    def open(cls, tree: DraftTree, node: int, rho: float, rule: str, weight: float = 0.0) -> "_Node":
+        frame = cls(node, rho, weight=weight)
+        if tree.children[node] and rho > 0.0:
+            frame.target = target_row(tree, node)
+            frame.proposal = Proposal(tree, node, rule)
+        return frame
+
+    def child_rate(self, x: int, child: int) -> float:
+        """rho(child) = min(1, rho * Mb(x) / Ms(x)) from the current state."""
+        self.proposal.expect(x)
+        d = self.proposal.prob(x)
+        if d <= 0.0:
+            raise ValueError(f"node {child}: token {x} has zero probability under the distribution it was "
+                             f"drawn from; the tree does not match sampling rule {self.proposal.rule!r}")
+        if self.rho <= 0.0:
+            return 0.0
+        return min(1.0, self.rho * float(self.target[x]) / d)
+
+    def reject_child(self, x: int) -> None:
+        """Eqs. (1)-(3) after the subtree of the current child (token x) was rejected."""
+        r = (self.rho * self.target - self.proposal.dist()).clamp_min(0.0)
+        mass = float(r.sum())
+        if self.node == 0:
+            # rho(root) == S / (S + 0) == 1 exactly; S == 0 has probability 0 there (keep Mb).
+            if mass > 0.0:
+                self.target = r / mass
+        else:
+            self.rho = sequence_rate(mass, self.rho)
+            if mass > 0.0 and self.rho > 0.0:
+                self.target = r / mass
+            else:
+                self.rho, self.dead = 0.0, True
+        self.proposal.drawn(x)
+
+    def final_target(self, tree: DraftTree) -> torch.Tensor:
+        return self.target if self.target is not None else target_row(tree, self.node)
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    """One Traversal Verification (Algorithm 3, recursive form of specs/traversal.md §2.4)."""
+    rule = proposal_rule(tree.sampling)
+    kids = tree.children
+    stack = [_Node.open(tree, 0, 1.0, rule)]
+    while True:
+        top = stack[-1]
+        if not top.dead and top.next_child < len(kids[top.node]):
+            child = kids[top.node][top.next_child]
+            top.next_child += 1
+            x = int(tree.tokens[child])
+            rho_c = top.child_rate(x, child)
+            if rho_c > 0.0:
+                stack.append(_Node.open(tree, child, rho_c, rule))
+            else:
+                top.reject_child(x)  # a zero-rate subtree is rejected without drawing coins
+            continue
+        # Every child subtree was rejected: test the node itself.
+        if not top.dead and uniform(generator) < top.rho:
+            return Verdict(tree.path_to(top.node), sample_categorical(top.final_target(tree), generator))
+        stack.pop()
+        if not stack:  # unreachable: the root ends with rho == 1
+            raise RuntimeError("traversal verification rejected the root")
+        parent = stack[-1]
+        parent.reject_child(int(tree.tokens[top.node]))
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    """Exact law [N+1, V] of (path end node, extra token) given the tree."""
+    rule = proposal_rule(tree.sampling)
+    kids = tree.children
+    out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
+    stack = [_Node.open(tree, 0, 1.0, rule, weight=1.0)]
+    while stack:
+        top = stack[-1]
+        if not top.dead and top.next_child < len(kids[top.node]) and top.survive > 0.0:
+            child = kids[top.node][top.next_child]
+            top.next_child += 1
+            x = int(tree.tokens[child])
+            rho_c = top.child_rate(x, child)
+            if rho_c > 0.0:
+                stack.append(_Node.open(tree, child, rho_c, rule, weight=top.weight * top.survive))
+            else:
+                top.reject_child(x)
+            continue
+        # P(subtree of top yields a path | visited) = 1 - survive * (1 - rho)
+        rho = 0.0 if top.dead else top.rho
+        if top.survive > 0.0 and rho > 0.0:
+            out[top.node] += (top.weight * top.survive * rho) * top.final_target(tree)
+        stack.pop()
+        if not stack:
+            break
+        parent = stack[-1]
+        accept = 1.0 - top.survive * (1.0 - rho)
+        parent.survive *= (1.0 - accept)
+        if parent.survive > 0.0:
+            parent.reject_child(int(tree.tokens[top.node]))
+    return out
+
+
+def check(tree: DraftTree) -> None:
+    """Every sampling mode is accepted (module docstring); without-replacement trees must be drawable."""
+    check_consistent_draws(tree, NAME)
+
+
+VERIFIER = Verifier(
+    name=NAME,
+    sample=sample,
+    law=law,
+    check=check,
+    description="Traversal Verification (Weng et al. 2025, Alg. 3): post-order DFS with sequence-level "
+                "acceptance rates; equals Block Verification on chains",
+)
