@@ -286,7 +286,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
             stop = reason
             break
         tsess.commit(verdict.path, verdict.token)
-        dsess.commit(verdict.path, verdict.token)
+        dsess.commit(verdict.path, verdict.token, tree.tokens, tree.parents)
     bar.close()
     settings = dict(method="speculative", target=target.name, draft=draft.name, verifier=verifier,
                     shape=shape if isinstance(shape, str) else list(parents), tree_size=len(parents),

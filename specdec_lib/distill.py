@@ -1061,7 +1061,7 @@ def _project_prompts(split: str) -> list[str]:
 def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: Path | str = DEFAULT_RUN_DIR,
                 export_dir: Path | str | None = DEFAULT_EXPORT_DIR, device=None, target_model: str = TARGET_NAME,
                 config: DistillConfig | None = None, seeds: int = 6000, max_train_prompts: int | None = None,
-                progress: bool = True, echo: bool = True) -> dict:
+                theory: bool = False, progress: bool = True, echo: bool = True) -> dict:
     """Distil the offline draft from ``target_model`` (default SmolLM2-135M-Instruct): prompts are the
     project's training prompts plus ``seeds`` self-made instructions (interleaved, one project prompt
     every few seeds), held-out prompts from ``load_prompts("heldout")``; see `distill`."""
@@ -1091,10 +1091,10 @@ def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: 
     start = common_prefix_length(train_ids + eval_ids)
     extra = {"prompts": {"project_train": len(texts_train), "seed_instructions": len(seed_texts),
                          "heldout": len(texts_eval), "skipped_prefix_tokens": start}}
-    theory_fn = _theory_extras()
+    theory_fn = _theory_extras() if theory else None
     if theory_fn is None:
-        extra["theory_note"] = ("specdec_lib.theory offered no measurement function (positional_acceptance) "
-                                "when this run started: Sequoia / ERSS vectors not recorded")
+        extra["theory_note"] = ("Sequoia / ERSS vectors not measured during training (slow on the CPU: Monte "
+                                "Carlo over a 49k vocabulary); see measure_theory")
     return distill(lm.model, run_dir, train_ids, eval_ids, config, minutes, export_dir=export_dir,
                    resume=resume, eos_token_id=lm.eos_token_id, start=start, theory_fn=theory_fn,
                    extra_record=extra, progress=progress, echo=echo)
@@ -1170,6 +1170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "gen_minutes", "train_minutes", "decay_fraction", "seed"):
         ap.add_argument("--" + name.replace("_", "-"), type=type(getattr(defaults, name)),
                         default=getattr(defaults, name))
+    ap.add_argument("--theory", action="store_true", help="measure Sequoia / ERSS vectors at every round (slow)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
@@ -1178,7 +1179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gen_minutes", "train_minutes", "decay_fraction", "seed")})
     rec = run_offline(args.minutes, layers=args.layers, resume=args.resume, run_dir=args.run_dir,
                       export_dir=None if args.no_export else args.export_dir, device=args.device,
-                      target_model=args.target, config=cfg, seeds=args.seeds, progress=not args.no_progress)
+                      target_model=args.target, config=cfg, seeds=args.seeds, theory=args.theory,
+                      progress=not args.no_progress)
     print(json.dumps({"mean_acceptance": rec["evaluation"]["mean_acceptance"],
                       "forward_time": rec["forward_time"]}, indent=1))
     return 0

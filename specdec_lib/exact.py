@@ -35,7 +35,7 @@ import torch
 
 from .models.synthetic import ToyLM
 from .tree import DraftTree
-from .verifiers.base import Verdict, Verifier, sample_categorical
+from .verifiers.base import Verdict, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
 NextStateFn = Callable[[DraftTree, Any, tuple, int], Any]
@@ -205,7 +205,7 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
             continue
         q = draft.probs(contexts[node])
         if sampling == "iid":
-            combo = torch.multinomial(q, k, replacement=True, generator=generator).tolist()
+            combo = [_draw(q, generator) for _ in range(k)]
         elif sampling == "topk":
             combo = next(_child_sets(q.tolist(), k, "topk"))[0]
         else:
@@ -215,7 +215,7 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
             combo, left = [], torch.ones_like(q, dtype=torch.bool)
             for _ in range(k):
                 w = q * left
-                t = sample_categorical(w if float(w.sum()) > 0.0 else left.to(q.dtype), generator)
+                t = _draw(w if float(w.sum()) > 0.0 else left.to(q.dtype), generator)
                 combo.append(t)
                 left[t] = False
         for child, t in zip(kids[node], combo):
@@ -342,8 +342,13 @@ def multistep_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
                 if len(a) >= need:
                     out[a[:need]] += pd * p
                     continue
-                new_state = step_state(tree, state, path, y) if step_state is not None else None
-                for cont, pc in rest(emitted + a, history + (a,), new_state).items():
+                sub_key = (emitted + a, history + (a,) if step_state is not None else None)
+                if sub_key in memo:  # the state after a step is a function of the history
+                    sub = memo[sub_key]
+                else:
+                    new_state = step_state(tree, state, path, y) if step_state is not None else None
+                    sub = rest(emitted + a, history + (a,), new_state)
+                for cont, pc in sub.items():
                     out[a + cont] += pd * p * pc
         memo[key] = dict(out)
         return memo[key]
@@ -388,11 +393,23 @@ def _path(parents: Sequence[int], node: int) -> list[int]:
 
 # ----- sampling and the chi-square test ----------------------------------------------------------
 
+def _draw(row: torch.Tensor, generator: torch.Generator) -> int:
+    """One draw from a small probability row by inversion (cheaper than torch.multinomial)."""
+    u = float(torch.rand((), generator=generator, dtype=torch.float64)) * float(row.sum())
+    acc, last = 0.0, 0
+    for t, p in enumerate(row.tolist()):
+        if p > 0.0:
+            acc += p
+            last = t
+            if u < acc:
+                return t
+    return last
+
+
 def _continue_sample(target: ToyLM, context: tuple[int, ...], tokens: list[int], horizon: int,
                      generator: torch.Generator) -> tuple[int, ...]:
     while len(tokens) < horizon:
-        t = sample_categorical(target.probs(context + tuple(tokens)), generator)
-        tokens.append(t)
+        tokens.append(_draw(target.probs(context + tuple(tokens)), generator))
     return tuple(tokens[:horizon])
 
 

@@ -276,6 +276,9 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
                   advance: str | None = None, progress: bool = True) -> list[TreeRecord]:
     """Draft trees of ``shape`` along target-distributed contexts, one per decoding step.
 
+    ``shape``: a spec of `decoding.resolve_shape` ("chain:8", "binary:4", "sequoia:32x8", ...) or a parents
+    list (relabelled to level order, as drafting grows one level at a time).
+
     The text is advanced by ``advance`` (a lossless verifier; default "traversal" for iid/without-
     replacement trees, "erss" for race trees, "match" for top-k trees), so every step's context has the
     target's law whichever verifiers are compared on the trees afterwards. Returns one `TreeRecord` per
@@ -283,9 +286,9 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
     toy pairs draw with `specdec_lib.exact.sample_tree` (race trees: `specdec_lib.drafting.draw_tree`) on
     the tempered toy models.
     """
-    from .tree import parse_shape
+    from .decoding import resolve_shape
 
-    parents = parse_shape(shape) if isinstance(shape, str) else list(shape)
+    parents = resolve_shape(shape if isinstance(shape, str) else [int(p) for p in shape], temperature=temperature)
     if advance is None:
         advance = {"race": "erss", "topk": "match"}.get(sampling, "traversal")
     records: list[TreeRecord] = []
@@ -303,8 +306,7 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
             continue
         from .decoding import speculative_generate
 
-        out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=advance,
-                                   shape=shape if isinstance(shape, str) else "parents:" + ",".join(map(str, parents)),
+        out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=advance, shape=parents,
                                    sampling=sampling, temperature=temperature, top_p=top_p,
                                    max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
                                    seed=seed * 100_003 + k, keep_trees=True)
@@ -414,6 +416,37 @@ def truncate_chain(tree: DraftTree, n: int) -> DraftTree:
     return restrict_depth(tree, n + 1)
 
 
+def index_tuples(parents: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each node's index path: the 1-based ranks among its siblings from the root down (root: ``()``)."""
+    parents = [int(p) for p in parents]
+    seen: dict[int, int] = {}
+    out: list[tuple[int, ...]] = [()]
+    for i in range(1, len(parents)):
+        seen[parents[i]] = seen.get(parents[i], 0) + 1
+        out.append(out[parents[i]] + (seen[parents[i]],))
+    return out
+
+
+def restrict_to_shape(tree: DraftTree, shape: str | Sequence[int]) -> DraftTree:
+    """The nodes of ``tree`` whose index paths (`index_tuples`) form the smaller ``shape``.
+
+    Children are drawn one after another (iid, without replacement, races: the first c of C children are
+    drawn exactly as c children), so when the shape's index paths are a subset of the tree's, the restricted
+    tree is distributed as a tree of that shape drawn at the same context. Examples: a chain inside a longer
+    chain, batch(k) inside batch(K), tau*_k inside tau*_K, a SpecInfer tree inside a longer one.
+    """
+    from .tree import parse_shape
+
+    small = parse_shape(shape) if isinstance(shape, str) else list(shape)
+    want = set(index_tuples(small))
+    have = index_tuples(tree.parent_list)
+    keep = [i for i, t in enumerate(have) if t in want]
+    if len(keep) != len(want):
+        raise ValueError(f"shape with {len(want)} nodes is not contained in the drafted tree "
+                         f"({len(keep)} matching nodes)")
+    return _subtree(tree, keep)
+
+
 def _subtree(tree: DraftTree, keep: Sequence[int]) -> DraftTree:
     index = {old: new for new, old in enumerate(keep)}
     parents = [-1 if old == 0 else index[int(tree.parents[old])] for old in keep]
@@ -515,17 +548,24 @@ def summarize(frame, by: Sequence[str], value: str = "expected_tokens", n_boot: 
 
 
 def paired_gain(frame, method: str, baseline: str, by: Sequence[str] = (), value: str = "expected_tokens",
-                column: str = "verifier", n_boot: int = 1000, seed: int = 0):
-    """Relative gain ``mean(method) / mean(baseline) - 1`` on the same trees, per group, with a paired
-    bootstrap 95% CI over prompts (the same resampled prompts for both), the median per-prompt gain and
-    the fraction of prompts with a positive gain. Only trees evaluated by both are used."""
+                column: str = "verifier", n_boot: int = 1000, seed: int = 0, pair_on: str = "tree"):
+    """Relative gain ``mean(method) / mean(baseline) - 1`` per group, with a paired bootstrap 95% CI over
+    prompts (the same resampled prompts for both), the median per-prompt gain and the fraction of prompts
+    with a positive gain.
+
+    ``pair_on="tree"``: both were evaluated on the same drafted trees (rows matched on prompt, step and
+    view; only trees evaluated by both are used). ``pair_on="prompt"``: the two come from different
+    drafted trees (e.g. two sampling schemes), so each prompt's mean is used (the pairing is by prompt).
+    """
     import pandas as pd
 
     by = list(by)
-    keys = by + ["prompt_id", "step", "view"]
+    if pair_on not in ("tree", "prompt"):
+        raise ValueError("pair_on must be 'tree' or 'prompt'")
+    keys = by + ["prompt_id"] + (["step", "view"] if pair_on == "tree" else [])
     keys = [k for k in dict.fromkeys(keys) if k in frame.columns]
-    a = frame[frame[column] == method].set_index(keys)[value]
-    b = frame[frame[column] == baseline].set_index(keys)[value]
+    a = frame[frame[column] == method].groupby(keys)[value].mean()
+    b = frame[frame[column] == baseline].groupby(keys)[value].mean()
     both = pd.concat({"a": a, "b": b}, axis=1, join="inner").reset_index()
     if both.empty:
         raise ValueError(f"no trees evaluated by both {method!r} and {baseline!r}")
@@ -643,5 +683,6 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
 
 __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
-           "collect_trees", "matched_rows", "restrict_depth", "truncate_chain", "applicable", "paired_expected_tokens",
+           "collect_trees", "matched_rows", "restrict_depth", "truncate_chain", "index_tuples",
+           "restrict_to_shape", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]

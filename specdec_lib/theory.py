@@ -805,7 +805,8 @@ ACCEPTANCE_SCHEMES = {
 }
 
 
-def _rows(target_rows, draft_rows) -> tuple[torch.Tensor, torch.Tensor]:
+def _matched(target_rows, draft_rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shape checks of matched [M, V] target / draft rows (1-D inputs are one row)."""
     p = torch.as_tensor(target_rows)
     q = torch.as_tensor(draft_rows)
     if p.dim() == 1:
@@ -820,6 +821,11 @@ def _rows(target_rows, draft_rows) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"{p.shape[0]} target rows but {q.shape[0]} draft rows; rows must be matched contexts")
     if p.shape[0] == 0:
         raise ValueError("no rows given")
+    return p, q
+
+
+def _to_distributions(p: torch.Tensor, q: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a block of rows as distributions and return them in float64 on the CPU."""
     p = p.detach().to("cpu", torch.float64)
     q = q.detach().to("cpu", torch.float64)
     for name, rows in (("target", p), ("draft", q)):
@@ -831,9 +837,16 @@ def _rows(target_rows, draft_rows) -> tuple[torch.Tensor, torch.Tensor]:
         bad = (sums - 1).abs() > 1e-4
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{name} row {i} sums to {float(sums[i]):.6g}, not 1: rows must be distributions "
-                             "(after temperature / top-p)")
+            raise ValueError(f"{name} row {offset + i} sums to {float(sums[i]):.6g}, not 1: rows must be "
+                             "distributions (after temperature / top-p)")
     return p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+
+
+def _rows(target_rows, draft_rows) -> tuple[torch.Tensor, torch.Tensor]:
+    return _to_distributions(*_matched(target_rows, draft_rows))
+
+
+_BLOCK_ELEMENTS = 2_000_000
 
 
 def _normalise_or_zero(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -880,41 +893,71 @@ def _without_replacement_exact_row(p: np.ndarray, q: np.ndarray, k: int) -> np.n
     return out
 
 
+def _sample_chunks(m: int, vocab: int, num_samples: int, budget: int = _BLOCK_ELEMENTS):
+    """Split ``num_samples`` draws for ``m`` rows into chunks of about ``budget`` tensor elements."""
+    per_chunk = max(1, budget // max(1, m * vocab))
+    done = 0
+    while done < num_samples:
+        s = min(per_chunk, num_samples - done)
+        yield s
+        done += s
+
+
+def _sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row with probability proportional to ``weights`` (inverse CDF; faster than
+    torch.multinomial on float64 rows of LLM vocabularies)."""
+    cdf = weights.cumsum(-1)
+    u = torch.rand(weights.shape[0], 1, dtype=weights.dtype, generator=generator) * cdf[:, -1:]
+    idx = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    idx = idx.clamp_max(weights.shape[1] - 1)
+    # never return a zero-weight index (u can land exactly on a flat stretch at the end through rounding)
+    bad = weights.gather(1, idx[:, None]).squeeze(-1) <= 0
+    if bool(bad.any()):
+        idx[bad] = weights[bad].argmax(-1)
+    return idx
+
+
 def _without_replacement_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
                             generator: torch.Generator) -> torch.Tensor:
     """Rao-Blackwellised Monte Carlo of Algorithm 1 (specs/sequoia.md §2.1 "static" measurement, improved).
 
     Per sample: the acceptance of child j is integrated exactly given the state (sum min(D, R)); only the
     rejected token is drawn, from its exact conditional law max(D - R, 0) / (1 - accept). Unbiased.
+    Samples are processed in batches (rows repeated).
     """
     m, vocab = p.shape
     total = torch.zeros(m, k, dtype=torch.float64)
-    rows = torch.arange(m)
-    for _ in range(num_samples):
-        r, d = p.clone(), q.clone()
-        drawn = torch.zeros(m, vocab, dtype=torch.bool)
-        reach = torch.ones(m, dtype=torch.float64)
+    for s in _sample_chunks(m, vocab, num_samples):
+        r, d = p.repeat(s, 1), q.repeat(s, 1)              # row i of sample t sits at t * m + i
+        rows = torch.arange(r.shape[0])
+        drawn = torch.zeros_like(r, dtype=torch.bool)
+        reach = torch.ones(r.shape[0], dtype=torch.float64)
+        acc = torch.zeros(r.shape[0], k, dtype=torch.float64)
         for j in range(k):
-            accept = torch.minimum(d, r).sum(-1).clamp(0.0, 1.0)
-            total[:, j] += reach * accept
+            diff = d - r
+            weights = diff.clamp_min(0.0)                  # rejected-token weights max(D - R, 0)
+            reject = weights.sum(-1).clamp(0.0, 1.0)       # = 1 - sum min(D, R) since D and R sum to 1
+            acc[:, j] = reach * (1.0 - reject)
             if j + 1 >= k:
                 break
-            weights = (d - r).clamp_min(0.0)
-            r, ok_r = _normalise_or_zero((r - d).clamp_min(0.0))
-            reach = reach * (1.0 - accept) * ok_r
-            alive = weights.sum(-1) > 1e-15
-            reach = reach * alive
+            alive = reject > 1e-15
+            reach = reach * reject * alive
             if not bool((reach > 0).any()):
                 break
-            safe = torch.where(alive[:, None], weights, torch.ones_like(weights))
-            x = torch.multinomial(safe, 1, generator=generator).squeeze(-1)
-            d = d.clone()
+            # R' = max(R - D, 0) / (its sum = the same rejection mass)
+            r = torch.where(alive[:, None], (-diff).clamp_min(0.0) / reject.clamp_min(1e-300)[:, None], r)
+            safe = torch.where(alive[:, None], weights, d)
+            x = _sample_rows(safe, generator)
+            removed = d[rows, x]
             d[rows, x] = 0.0
             drawn[rows, x] = True
-            s = d.sum(-1, keepdim=True)
-            fallback = (~drawn).to(torch.float64)
-            d = torch.where(s > 1e-15, d / s.clamp_min(1e-300),
-                            fallback / fallback.sum(-1, keepdim=True).clamp_min(1.0))
+            left = (1.0 - removed).clamp_min(0.0)
+            exhausted = left <= 1e-12                      # draft support used up: uniform over unseen tokens
+            d = d / torch.where(exhausted, torch.ones_like(left), left)[:, None]
+            if bool(exhausted.any()):
+                unseen = (~drawn[exhausted]).to(torch.float64)
+                d[exhausted] = unseen / unseen.sum(-1, keepdim=True).clamp_min(1.0)
+        total += acc.view(s, m, k).sum(0)
     return total / num_samples
 
 
@@ -943,8 +986,13 @@ def _topk_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
 
 def _naive_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
     """Naive sampling (specs/sequoia.md §2.9): p_j = sum_y P(y) (1 - Q(y))^(j-1) Q(y)."""
-    powers = torch.stack([(1.0 - q) ** j for j in range(k)], dim=1)      # [M, k, V]
-    return (p[:, None, :] * powers * q[:, None, :]).sum(-1)
+    out = torch.zeros(p.shape[0], k, dtype=torch.float64)
+    pq = p * q
+    power = torch.ones_like(q)
+    for j in range(k):
+        out[:, j] = (pq * power).sum(-1)
+        power = power * (1.0 - q)
+    return out
 
 
 def _race_exact_row(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
@@ -985,18 +1033,21 @@ def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
     """Monte Carlo of the race index: rank of the P-winner among the Q arrivals (specs/erss.md §5.1)."""
     m, vocab = p.shape
     counts = torch.zeros(m, k, dtype=torch.float64)
-    rows = torch.arange(m)
     inf = torch.tensor(math.inf, dtype=torch.float64)
-    for _ in range(num_samples):
-        e = -torch.log1p(-torch.rand(m, vocab, dtype=torch.float64, generator=generator))
+    for s in _sample_chunks(m, vocab, num_samples):
+        pp, qq = p.repeat(s, 1), q.repeat(s, 1)
+        rows = torch.arange(pp.shape[0])
+        e = -torch.log1p(-torch.rand(pp.shape, dtype=torch.float64, generator=generator))
         e = e.clamp_min(1e-300)
-        under_p = torch.where(p > 0, e / p.clamp_min(1e-300), inf)
-        under_q = torch.where(q > 0, e / q.clamp_min(1e-300), inf)
+        under_p = torch.where(pp > 0, e / pp.clamp_min(1e-300), inf)
+        under_q = torch.where(qq > 0, e / qq.clamp_min(1e-300), inf)
         winner = under_p.argmin(-1)
         own = under_q[rows, winner]
         rank = (under_q < own[:, None]).sum(-1)          # 0-based position in the Q race
         hit = torch.isfinite(own) & (rank < k)
-        counts[rows[hit], rank[hit]] += 1.0
+        onehot = torch.zeros(pp.shape[0], k, dtype=torch.float64)
+        onehot[rows[hit], rank[hit]] = 1.0
+        counts += onehot.view(s, m, k).sum(0)
     return counts / num_samples
 
 
@@ -1034,44 +1085,48 @@ def positional_acceptance(target_rows, draft_rows, max_children: int, sampling: 
         raise ValueError(f"method must be 'auto', 'exact' or 'monte_carlo', got {method!r}")
     k = _check_int(max_children, "max_children", 1)
     num_samples = _check_int(num_samples, "num_samples", 1)
-    p, q = _rows(target_rows, draft_rows)
-    m, vocab = p.shape
+    p_all, q_all = _matched(target_rows, draft_rows)
+    m, vocab = p_all.shape
     if generator is None:
         generator = torch.Generator().manual_seed(0)
+    effective = min(k, vocab) if sampling in ("without_replacement", "race", "topk") else k
 
     if sampling in ("iid", "topk", "naive"):
         if method == "monte_carlo":
             raise ValueError(f"sampling={sampling!r} has an exact closed form; use method='auto' or 'exact'")
         fn = {"iid": _iid_exact, "topk": _topk_exact, "naive": _naive_exact}[sampling]
-        result = fn(p, q, k)
     elif sampling == "without_replacement":
-        effective = min(k, vocab)
         cost = math.perm(vocab, max(effective - 1, 0))
-        exact = method == "exact" or (method == "auto" and cost <= exact_limit)
         if method == "exact" and cost > exact_limit:
             raise ValueError(f"exact enumeration needs about {cost} branches per row (> exact_limit="
                              f"{exact_limit}); use method='monte_carlo' or raise exact_limit")
-        result = torch.zeros(m, k, dtype=torch.float64)
-        if exact or effective == 1:
-            for i in range(m):
-                row = _without_replacement_exact_row(p[i].numpy(), q[i].numpy(), effective)
-                result[i, :effective] = torch.from_numpy(row)
+        if method == "exact" or effective == 1 or (method == "auto" and cost <= exact_limit):
+            fn = _per_row(_without_replacement_exact_row)
         else:
-            result[:, :effective] = _without_replacement_mc(p, q, effective, num_samples, generator)
+            fn = lambda pp, qq, kk: _without_replacement_mc(pp, qq, kk, num_samples, generator)
     else:  # race
-        effective = min(k, vocab)
         cost = vocab * 3 ** (vocab - 1) if vocab < 40 else math.inf
-        exact = method == "exact" or (method == "auto" and cost <= exact_limit)
         if method == "exact" and cost > exact_limit:
             raise ValueError(f"exact race enumeration needs about {cost} terms per row (> exact_limit="
                              f"{exact_limit}); use method='monte_carlo'")
-        result = torch.zeros(m, k, dtype=torch.float64)
-        if exact:
-            for i in range(m):
-                result[i, :effective] = torch.from_numpy(_race_exact_row(p[i].numpy(), q[i].numpy(), effective))
+        if method == "exact" or (method == "auto" and cost <= exact_limit):
+            fn = _per_row(_race_exact_row)
         else:
-            result[:, :effective] = _race_mc(p, q, effective, num_samples, generator)
+            fn = lambda pp, qq, kk: _race_mc(pp, qq, kk, num_samples, generator)
+
+    # rows are converted and processed in blocks so that LLM-sized vocabularies fit in memory
+    block = max(1, _BLOCK_ELEMENTS // vocab)
+    result = torch.zeros(m, k, dtype=torch.float64)
+    for start in range(0, m, block):
+        p, q = _to_distributions(p_all[start:start + block], q_all[start:start + block], start)
+        result[start:start + p.shape[0], :effective] = fn(p, q, effective)
     return result if per_row else result.mean(0)
+
+
+def _per_row(row_fn):
+    def run(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
+        return torch.stack([torch.from_numpy(row_fn(p[i].numpy(), q[i].numpy(), k)) for i in range(p.shape[0])])
+    return run
 
 
 def erss_index_distribution(target_rows, draft_rows, max_index: int, coupling: str = "erss",

@@ -34,6 +34,13 @@ MODELS = [
     (6, 0.7, 4, 1.0, 0.0, 2),
 ]
 CASES = [(m, g) for m in MODELS for g in range(1, m[-1] + 1)]
+# a pair where every broken variant below is far from lossless (max error > 0.015)
+CONTROL_MODEL = (3, 0.7, 10, 1.0, 0.0)
+
+
+def _multistep_affordable(vocab, gamma):
+    """Multi-step enumeration grows with the number of step histories: keep it to small cases."""
+    return vocab ** gamma <= 243 and gamma <= 5 and (vocab, gamma) not in ((4, 4), (5, 3))
 
 
 @lru_cache(maxsize=None)
@@ -60,8 +67,8 @@ def _block_without_final_step_law(tree, state=None):
     return block_mod.tau_probs(h)[:, None] * torch.cat([rows, P[g:]])
 
 
-def _asps_without_rescaling_law(tree, state=None):
-    """ASpS with the step ``PN <- w PN`` left out (then renormalised)."""
+def _asps_weight_without_division_law(tree, state=None):
+    """ASpS with the rescaling factor w_k = r(x_k) instead of r(x_k) / Q[k][x_k] (renormalised)."""
     P, Q, x = block_mod.chain_inputs(tree)
     L = Q.shape[0]
     d = torch.exp(block_mod.log_block_weights(P, Q, x))
@@ -69,8 +76,8 @@ def _asps_without_rescaling_law(tree, state=None):
     excess = d[:L, None] * P[:L] - Q
     c1 = (-excess).clamp_min(0)
     s = c1.sum(1)
-    w = torch.where(s > 0, c1[idx, x] / s.clamp_min(1e-300) / Q[idx, x], torch.ones_like(s))
-    rows = w[:, None] * excess.clamp_min(0)
+    w = torch.where(s > 0, c1[idx, x] / s.clamp_min(1e-300), torch.ones_like(s))
+    rows = torch.flip(torch.cumprod(torch.flip(w, [0]), 0), [0])[:, None] * excess.clamp_min(0)
     rows[idx, x] = 0.0
     law = torch.cat([rows, d[L] * P[L:]])
     return law / law.sum()
@@ -99,8 +106,8 @@ def _greedy_unmodified_sample(tree, generator, state=None):
 BROKEN = {
     "token": Verifier("token_resample_target", _sampler_from_law(_token_resampling_target_law),
                       _token_resampling_target_law, block_mod.check),
-    "asps": Verifier("asps_no_rescale", _sampler_from_law(_asps_without_rescaling_law),
-                     _asps_without_rescaling_law, block_mod.check),
+    "asps": Verifier("asps_w_without_division", _sampler_from_law(_asps_weight_without_division_law),
+                     _asps_weight_without_division_law, block_mod.check),
     "block": Verifier("block_no_final_step", _sampler_from_law(_block_without_final_step_law),
                       _block_without_final_step_law, block_mod.check),
     # Algorithm 4 alone, with no distribution modification of the following steps
@@ -127,15 +134,16 @@ def test_exact_law_equals_target(case):
     for name in ONE_STEP:
         assert exact.max_abs_diff(_law(name, target, draft, g, False), want) < TOL, name
     # greedy block verification is lossless only across steps (Block Verification Alg. 6)
-    assert exact.max_abs_diff(_law("greedy_block", target, draft, g, True), want) < TOL
-    if v <= 4 and g <= 3:  # the other verifiers stay lossless when composed over steps
+    if _multistep_affordable(v, g):
+        assert exact.max_abs_diff(_law("greedy_block", target, draft, g, True), want) < TOL
+    if v == 3 and g <= 3:  # the other verifiers stay lossless when composed over steps
         for name in ONE_STEP:
             assert exact.max_abs_diff(_law(name, target, draft, g, True), want) < TOL, name
 
 
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_broken_variants_fail_exact_law(name):
-    target, draft = pair(3, 0.6, 0, 1.0, 0.0)
+    target, draft = pair(*CONTROL_MODEL)
     g = 3
     want = exact.target_law(target, PREFIX, g + 1)
     multistep = name == "greedy_block"
@@ -145,21 +153,20 @@ def test_broken_variants_fail_exact_law(name):
 
 def test_greedy_block_single_step_is_not_lossless():
     """Used alone (the output continued by the unmodified target) Alg. 4 is lossy (specs/block.md §2.4)."""
-    target, draft = pair(3, 0.6, 0, 1.0, 0.0)
+    target, draft = pair(*CONTROL_MODEL)
     want = exact.target_law(target, PREFIX, 4)
     assert exact.max_abs_diff(_law("greedy_block", target, draft, 3, False), want) > 1e-3
 
 
 # ----- sampling paths: chi-square against the exact law --------------------------------------------
 
-CHI_MODEL = (3, 0.6, 0, 1.0, 0.0)
-CHI_N = 2500
+CHI_N = 1000
 
 
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_sampler_matches_exact_law_and_broken_fails(name):
-    target, draft = pair(*CHI_MODEL)
-    g, horizon = 3, 4
+    target, draft = pair(*CONTROL_MODEL)
+    g, horizon = 2, 3
     want = exact.target_law(target, PREFIX, horizon)
     counter = exact.sample_multistep_counts if name == "greedy_block" else exact.sample_output_counts
     good = counter(name, target, draft, PREFIX, chain_parents(g), "iid", horizon, CHI_N, seed=1)

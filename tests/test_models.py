@@ -15,6 +15,15 @@ from specdec_lib.models.hf import tree_attention_mask
 TOL = 1e-4  # max abs difference of probabilities (float32 models)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The test machine is shared: one intra-op thread avoids oversubscription (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def target():
     return load_model("smollm2-135m-instruct")
@@ -41,12 +50,17 @@ def _path(parents, i):
 
 
 def _reference(lm, prefix, tokens, parents, nodes):
-    """Next-token distributions after prefix + path(root..node), each from its own causal forward."""
-    rows = []
-    for i in nodes:
-        ctx = list(prefix) + [tokens[j] for j in _path(parents, i)]
-        rows.append(torch.softmax(lm.logits(ctx)[-1], -1))
-    return torch.stack(rows)
+    """Next-token distributions after prefix + path(root..node), each from a plain causal forward
+    without cache (contexts of equal length share one batched forward)."""
+    nodes = list(nodes)
+    ctx = {i: list(prefix) + [tokens[j] for j in _path(parents, i)] for i in nodes}
+    rows = {}
+    for length in sorted({len(c) for c in ctx.values()}):
+        group = [i for i in nodes if len(ctx[i]) == length]
+        with torch.no_grad():
+            out = lm.model(input_ids=torch.tensor([ctx[i] for i in group]), use_cache=False).logits[:, -1]
+        rows.update({i: torch.softmax(r.float(), -1) for i, r in zip(group, out)})
+    return torch.stack([rows[i] for i in nodes])
 
 
 def _random_tree(vocab, root, seed):
@@ -177,7 +191,7 @@ def test_one_tree_pass_equals_separate_paths(which, target, tiny):
     tokens, parents = _random_tree(lm.vocab_size, prefix[-1], seed=2)
     sess = lm.session(prefix)
     got = torch.softmax(sess.tree_logits(tokens, parents), -1)
-    ref = _reference(lm, prefix[:-1], tokens, parents, range(len(tokens)))
+    ref = _reference(lm, prefix, tokens, parents, range(len(tokens)))
     assert (got - ref).abs().max().item() < TOL
     # commit a root-to-node path and score the next tree on the kept cache
     sess.commit([2, 6], 5)
@@ -185,7 +199,7 @@ def test_one_tree_pass_equals_separate_paths(which, target, tiny):
     fixed = prefix + [tokens[2], tokens[6], 5]
     tokens2, parents2 = _random_tree(lm.vocab_size, 5, seed=3)
     got2 = torch.softmax(sess.tree_logits(tokens2, parents2), -1)
-    ref2 = _reference(lm, fixed[:-1], tokens2, parents2, range(len(tokens2)))
+    ref2 = _reference(lm, fixed, tokens2, parents2, range(len(tokens2)))
     assert (got2 - ref2).abs().max().item() < TOL
 
 
@@ -202,17 +216,19 @@ def test_level_by_level_drafting_and_pending_tokens(tiny):
         known = max(nodes) + 1
         out = sess.tree_logits(tokens[:known], parents[:known], nodes)
         rows.update({i: torch.softmax(r, -1) for i, r in zip(nodes, out)})
-    ref = _reference(lm, prefix[:-1], tokens, parents, range(9))
+    ref = _reference(lm, prefix, tokens, parents, range(9))
     assert max((rows[i] - ref[i]).abs().max().item() for i in range(9)) < TOL
     with pytest.raises(ValueError, match="already scored"):
         sess.tree_logits(tokens[:3], parents[:3], [1])
-    sess.commit([1, 4, 7, 9], 11)  # nodes 1, 4, 7 fed; 9 and 11 pending
+    with pytest.raises(ValueError, match="root-to-node path"):
+        sess.commit([1, 4, 7, 9], 11)  # node 9 is unknown without the full tree
+    sess.commit([1, 4, 7, 9], 11, tokens, parents)  # nodes 1, 4, 7 fed; 9 and 11 pending
     assert sess.cache.get_seq_length() == len(prefix) + 3
     fixed = prefix + [tokens[i] for i in (1, 4, 7, 9)] + [11]
     assert sess.fixed == fixed
     t2, p2 = _random_tree(lm.vocab_size, 11, seed=5)
     got = torch.softmax(sess.tree_logits(t2, p2), -1)
-    ref2 = _reference(lm, fixed[:-1], t2, p2, range(len(t2)))
+    ref2 = _reference(lm, fixed, t2, p2, range(len(t2)))
     assert (got - ref2).abs().max().item() < TOL
     assert sess.cache.get_seq_length() == len(fixed) - 1 + len(t2)
 

@@ -183,10 +183,12 @@ class KVSession:
             raise ValueError(f"the tree root token {tokens[0]} is not the last fixed token {self.fixed[-1]}")
         if not self.slots:  # a new tree
             self.tree_start = len(self.fixed) - 1
-        elif tokens[: len(self.tree_tokens)] != self.tree_tokens or \
-                parents[: len(self.tree_parents)] != self.tree_parents:
-            raise ValueError("this tree does not extend the tree scored before; commit the previous step")
-        self.tree_tokens, self.tree_parents = tokens, parents
+        else:
+            m = min(len(tokens), len(self.tree_tokens))
+            if tokens[:m] != self.tree_tokens[:m] or parents[:m] != self.tree_parents[:m]:
+                raise ValueError("this tree does not extend the tree scored before; commit the previous step")
+        if len(tokens) >= len(self.tree_tokens):
+            self.tree_tokens, self.tree_parents = tokens, parents
         nodes = list(range(len(tokens))) if nodes is None else [int(i) for i in nodes]
         depth = [0] * len(tokens)
         for i in range(1, len(tokens)):
@@ -253,11 +255,25 @@ class KVSession:
         return tree_attention_mask(self.cached, allowed.to(self.lm.device), self.lm.dtype)
 
     # ----- commit ----------------------------------------------------------------------------
-    def commit(self, path: Sequence[int], extra_token: int | None) -> list[int]:
+    def commit(self, path: Sequence[int], extra_token: int | None, tokens=None, parents=None) -> list[int]:
         """Accept tree nodes ``path`` (root excluded, depth order) and the extra token; returns the
         emitted tokens. The cache keeps the committed prefix plus the root and the accepted nodes that
-        were fed (a crop + gather of their keys/values); everything else of the tree is dropped."""
+        were fed (a crop + gather of their keys/values); everything else of the tree is dropped.
+
+        ``tokens`` / ``parents``: the complete tree, needed when the path reaches nodes this session
+        never scored (a drafter never runs its last level); it must extend the tree scored so far.
+        """
         path = [int(i) for i in path]
+        if tokens is not None:
+            tokens = [int(t) for t in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens)]
+            parents = [int(p) for p in (parents.tolist() if isinstance(parents, torch.Tensor) else parents)]
+            m = len(self.tree_tokens)
+            if len(tokens) < m or tokens[:m] != self.tree_tokens or parents[:m] != self.tree_parents \
+                    or len(parents) != len(tokens):
+                raise ValueError("the tree given to commit does not extend the tree scored before")
+            if tokens and tokens[0] != self.fixed[-1]:
+                raise ValueError(f"the tree root token {tokens[0]} is not the last fixed token {self.fixed[-1]}")
+            self.tree_tokens, self.tree_parents = tokens, parents
         toks = self.tree_tokens
         if path and not toks:
             raise ValueError("commit of a path without a scored tree")

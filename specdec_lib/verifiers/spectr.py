@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..tree import DraftTree
@@ -38,56 +39,59 @@ from .base import Verdict, Verifier, sample_categorical, uniform
 from .token import check_consistent_draws, draft_row, target_row
 
 NAME = "spectr"
-_GRID = 512
+_GRID = 257
 _BISECTIONS = 60
 
 
-def _beta_fn(p: torch.Tensor, q: torch.Tensor):
-    """beta(rho) = Q(r >= rho) + P(r < rho) / rho with r = P/Q, in O(log V) per rho via prefix sums."""
-    ratio = torch.where(q > 0, p / q.clamp_min(1e-300), torch.full_like(p, float("inf")))
-    order = torch.argsort(ratio)
-    r_sorted = ratio[order]
-    p_cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(p[order], 0)])
-    q_cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(q[order], 0)])
-    q_total = float(q_cum[-1])
-
-    def beta(rho: torch.Tensor) -> torch.Tensor:
-        idx = torch.searchsorted(r_sorted, rho, right=False)  # tokens with r < rho
-        return (q_total - q_cum[idx]) + p_cum[idx] / rho
-
-    return beta
-
-
-def _slack(beta: torch.Tensor, rho: torch.Tensor, k: int) -> torch.Tensor:
-    """rho - S(rho), S(rho) = sum_{i<k} (1 - beta)^i (feasible iff >= 0)."""
-    one_minus = (1.0 - beta).clamp(0.0, 1.0)
-    powers = torch.stack([one_minus ** i for i in range(k)])
-    return rho - powers.sum(0)
+def _s_of(beta: float, k: int) -> float:
+    """S = sum_{i<k} (1 - beta)^i."""
+    one_minus = min(max(1.0 - beta, 0.0), 1.0)
+    return sum(one_minus ** i for i in range(k))
 
 
 def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[float, float]:
-    """Smallest feasible rho in [1, k] (S(rho) <= rho) and beta(rho) for K-SEQ with k i.i.d. drafts."""
+    """Smallest feasible rho in [1, k] (S(rho) <= rho) and beta(rho), for K-SEQ with k i.i.d. drafts.
+
+    beta(rho) = Q(r >= rho) + P(r < rho) / rho with r = P/Q is evaluated for a grid of [1, k] plus
+    every breakpoint r_x in it (prefix sums over the sorted ratios); the first feasible point is
+    refined by bisection on its interval, where beta = A + B / rho has fixed A and B.
+    """
     if k < 1:
         raise ValueError(f"K-SEQ needs k >= 1 drafts, got {k}")
-    p = p.to(torch.float64)
-    q = q.to(torch.float64)
-    beta = _beta_fn(p, q)
+    p_np = p.detach().to(torch.float64).cpu().numpy()
+    q_np = q.detach().to(torch.float64).cpu().numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q_np > 0, p_np / np.where(q_np > 0, q_np, 1.0), np.inf)
+    order = np.argsort(ratio, kind="stable")
+    r_sorted = ratio[order]
+    p_cum = np.concatenate([[0.0], np.cumsum(p_np[order])])
+    q_cum = np.concatenate([[0.0], np.cumsum(q_np[order])])
+    q_total = float(q_cum[-1])
+
+    def beta_at(rho: np.ndarray) -> np.ndarray:
+        below = np.searchsorted(r_sorted, rho, side="left")  # tokens with r < rho
+        return (q_total - q_cum[below]) + p_cum[below] / rho
+
     if k == 1:
-        return 1.0, float(beta(torch.tensor([1.0], dtype=torch.float64))[0])
-    grid = torch.linspace(1.0, float(k), _GRID, dtype=torch.float64)
-    feasible = _slack(beta(grid), grid, k) >= 0
-    first = int(torch.nonzero(feasible)[0])  # grid[-1] == k is always feasible
+        return 1.0, float(beta_at(np.array([1.0]))[0])
+    inside = r_sorted[(r_sorted > 1.0) & (r_sorted < k)]
+    points = np.unique(np.concatenate([np.linspace(1.0, float(k), _GRID), inside]))
+    one_minus = np.clip(1.0 - beta_at(points), 0.0, 1.0)
+    s_values = sum(one_minus ** i for i in range(k))
+    first = int(np.flatnonzero(s_values <= points)[0])  # rho = k is always feasible
     if first == 0:
-        return 1.0, float(beta(grid[:1])[0])
-    lo, hi = float(grid[first - 1]), float(grid[first])
+        return 1.0, float(beta_at(points[:1])[0])
+    lo, hi = float(points[first - 1]), float(points[first])
+    # On (lo, hi] the tokens with r < rho are those with r <= lo: beta = a + b / rho.
+    below = int(np.searchsorted(r_sorted, lo, side="right"))
+    a, b = q_total - float(q_cum[below]), float(p_cum[below])
     for _ in range(_BISECTIONS):
         mid = 0.5 * (lo + hi)
-        m = torch.tensor([mid], dtype=torch.float64)
-        if bool(_slack(beta(m), m, k)[0] >= 0):
+        if _s_of(a + b / mid, k) <= mid:
             hi = mid
         else:
             lo = mid
-    return hi, float(beta(torch.tensor([hi], dtype=torch.float64))[0])
+    return hi, a + b / hi
 
 
 def kseq_residual(p: torch.Tensor, q: torch.Tensor, k: int, rho: float, beta: float) -> torch.Tensor:

@@ -1,0 +1,42 @@
+"""Every notebook runs end to end on the smoke profile (toy models, tiny sizes) through the real runner.
+
+CI catches a broken notebook here. The notebooks run one after another in fresh kernels; each must save its
+claims, and its report must render. Output goes to a temporary folder (never to reports/).
+"""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from specdec_lib import reports
+from specdec_lib.results import VERDICTS
+
+NOTEBOOKS = reports.list_notebooks()
+
+
+def test_notebooks_have_kernel_metadata_and_parameters():
+    assert NOTEBOOKS, "no notebooks found"
+    for name in NOTEBOOKS:
+        nb = nbformat.read(str(reports.NOTEBOOK_DIR / f"{name}.ipynb"), as_version=4)
+        assert nb.metadata.get("kernelspec", {}).get("name") == "python3", name
+        assert nb.metadata.get("language_info", {}).get("name") == "python", name
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{name}: exactly one cell tagged 'parameters'"
+        assert "profile" in tagged[0].source, f"{name}: the parameters cell sets the profile"
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name}: committed with outputs"
+
+
+@pytest.mark.slow
+def test_all_notebooks_run_on_smoke_profile(tmp_path):
+    runs = reports.reproduce(None, "smoke", {}, tmp_path / "reports", tmp_path / "results", progress=False)
+    failed = {r.notebook: r.error for r in runs if r.status != "ok"}
+    assert not failed, failed
+    for run in runs:
+        assert (tmp_path / "reports" / f"{run.notebook}.html").stat().st_size > 10_000
+        claims = json.loads((tmp_path / "reports" / "claims" / f"{run.notebook}.json").read_text())["claims"]
+        assert claims and all(c["verdict"] in VERDICTS for c in claims)
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert all(name in index for name in NOTEBOOKS)

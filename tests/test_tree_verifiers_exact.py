@@ -1,0 +1,393 @@
+"""Exact losslessness of the tree verifiers (token, traversal, spectr, match, erss).
+
+For every verifier and every sampling mode it accepts, on several tree shapes and vocabularies of
+3-5 tokens with context-dependent (Markov) toy models: the exact law of the first ``depth`` tokens of
+one step (enumerating every drafted tree with its probability, continuing the step's output with the
+target) equals the target's law within 1e-9. Each verifier also has a deliberately broken variant that
+must fail the same check, the samplers are chi-square tested against the exact laws, and the averaged
+relations of specs/traversal.md §3.4 are checked (traversal >= token, equal P(tau >= 1), without
+replacement >= with replacement). ERSS trees carry continuous races, so ERSS is tested by Monte Carlo
+over races with a chi-square test.
+"""
+
+import functools
+from collections import Counter, defaultdict
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specdec_lib.drafting import context_draft_fn, context_target_fn, draw_tree
+from specdec_lib.exact import enumerate_drafts, max_abs_diff, target_law
+from specdec_lib.models.synthetic import random_markov_pair
+from specdec_lib.tree import DraftTree, batch, binary, chain_parents
+from specdec_lib.verifiers import VERIFIERS, exact_law, expected_tokens, get_verifier, verify
+from specdec_lib.verifiers import erss, match, spectr, token, traversal
+from specdec_lib.verifiers.base import Verifier
+
+LOSSLESS = 1e-9
+BROKEN = 1e-3
+P_VALUE = 1e-4
+PREFIX = (0,)
+
+FIG1 = (-1, 0, 0, 1, 1, 2)
+SHAPES = {  # name: (parents, vocabulary, zero_prob of the toy pair)
+    "chain3": (tuple(chain_parents(3)), 5, 0.0),
+    "batch2x2": (tuple(batch(2, 2)), 3, 0.0),
+    "binary3": (tuple(binary(3)), 3, 0.0),
+    "figure1": (FIG1, 3, 0.0),
+    "unbalanced": ((-1, 0, 0, 1, 3), 4, 0.0),
+    "figure1_zeros": (FIG1, 4, 0.4),   # zero probabilities: exercises the uniform fallback
+}
+MODES = {
+    "token": ("iid", "without_replacement", "topk"),
+    "traversal": ("iid", "without_replacement", "topk"),
+    "match": ("iid", "without_replacement", "topk"),
+    "spectr": ("iid",),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def pair(vocab, zero_prob, seed=0):
+    return random_markov_pair(vocab, 0.7, seed=seed, eos=False, zero_prob=zero_prob)
+
+
+@functools.lru_cache(maxsize=None)
+def drafts(shape, sampling, seed=0):
+    parents, vocab, zero_prob = SHAPES[shape]
+    target, draft = pair(vocab, zero_prob, seed)
+    return enumerate_drafts(target, draft, PREFIX, list(parents), sampling)
+
+
+def depth_of(parents):
+    d = [0] * len(parents)
+    for i in range(1, len(parents)):
+        d[i] = d[parents[i]] + 1
+    return max(d) + 1
+
+
+def output_law(verifier, shape, sampling, seed=0):
+    """Exact law of the first `depth` tokens of one step, continued by the target."""
+    v = verifier if isinstance(verifier, Verifier) else get_verifier(verifier)
+    parents, vocab, zero_prob = SHAPES[shape]
+    target, _ = pair(vocab, zero_prob, seed)
+    horizon = depth_of(parents)
+    emitted = defaultdict(float)
+    for pd, tree in drafts(shape, sampling, seed):
+        v.check(tree)
+        law = v.law(tree, None)
+        toks = tree.tokens.tolist()
+        nodes, ys = torch.nonzero(law > 0, as_tuple=True)
+        for i, y, p in zip(nodes.tolist(), ys.tolist(), law[nodes, ys].tolist()):
+            emitted[tuple(toks[j] for j in tree.path_to(i)) + (y,)] += pd * p
+    out = defaultdict(float)
+    for seq, p in emitted.items():
+        for cont, pc in target_law(target, PREFIX + seq, horizon - len(seq)).items():
+            out[seq + cont] += p * pc
+    return dict(out), target_law(target, PREFIX, horizon)
+
+
+CASES = [(v, s, shape) for v, modes in MODES.items() for s in modes for shape in SHAPES
+         if not (s == "iid" and shape == "binary3" and v != "token")]  # keep the 729-tree sweep to one
+
+
+@pytest.mark.parametrize("verifier, sampling, shape", CASES)
+def test_exact_losslessness(verifier, sampling, shape):
+    law, target = output_law(verifier, shape, sampling)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+    assert max_abs_diff(law, target) < LOSSLESS
+
+
+def test_spectr_on_a_without_replacement_chain():
+    law, target = output_law("spectr", "chain3", "without_replacement")
+    assert max_abs_diff(law, target) < LOSSLESS
+
+
+# ----- broken variants: each must FAIL the same check -------------------------------------------
+def _relabelled(tree, sampling):
+    return DraftTree(tree.tokens, tree.parents, tree.draft_probs, tree.target_probs, sampling)
+
+
+def _mismatched(name, drawn_as, verified_as):
+    """`name` applied as if the tree had been drawn `verified_as` (the spec's Eq. 2 mismatch)."""
+    v = get_verifier(name)
+    return Verifier(f"{name}_mismatch", lambda t, g, s: v.sample(_relabelled(t, verified_as), g, s),
+                    lambda t, s: v.law(_relabelled(t, verified_as), s), lambda t: None)
+
+
+def _max_error(verifier, shape, sampling):
+    law, target = output_law(verifier, shape, sampling)
+    return max_abs_diff(law, target)
+
+
+def test_broken_token_without_residual(monkeypatch):
+    monkeypatch.setattr(token, "rrs_residual", lambda residual, proposal: residual)
+    assert _max_error("token", "figure1", "without_replacement") > BROKEN
+    assert _max_error("token", "chain3", "iid") > BROKEN
+
+
+def test_broken_token_wrong_replacement_rule():
+    # drawn without replacement, verified with the with-replacement rule (Eq. 2 skipped)
+    assert _max_error(_mismatched("token", "without_replacement", "iid"), "figure1", "without_replacement") > BROKEN
+
+
+def test_broken_token_topk_with_the_draft_row(monkeypatch):
+    # top-k children verified as if sampled from q (the lossy reading of "RRS on top-k")
+    monkeypatch.setattr(token, "proposal_rule", lambda s: "without_replacement")
+    assert _max_error("token", "batch2x2", "topk") > BROKEN
+
+
+def test_broken_traversal_without_sequence_rate_update(monkeypatch):
+    monkeypatch.setattr(traversal, "sequence_rate", lambda mass, rho: rho)
+    assert _max_error("traversal", "figure1", "without_replacement") > BROKEN
+    assert _max_error("traversal", "chain3", "iid") > BROKEN
+
+
+def test_broken_traversal_wrong_parentheses_is_only_numerical(monkeypatch):
+    # (S + 1) - rho equals S + (1 - rho) in exact arithmetic: still lossless at these sizes
+    monkeypatch.setattr(traversal, "sequence_rate", lambda mass, rho: mass / ((mass + 1.0) - rho))
+    assert _max_error("traversal", "figure1", "without_replacement") < LOSSLESS
+
+
+def test_broken_traversal_wrong_replacement_rule():
+    assert _max_error(_mismatched("traversal", "without_replacement", "iid"),
+                      "figure1", "without_replacement") > BROKEN
+
+
+def test_broken_spectr_with_rho_one(monkeypatch):
+    real = spectr.kseq_rho
+
+    def rho_one(p, q, k):
+        return 1.0, real(p, q, 1)[1]
+
+    monkeypatch.setattr(spectr, "kseq_rho", rho_one)
+    assert _max_error("spectr", "batch2x2", "iid") > BROKEN
+
+
+def test_broken_match_redraws_on_mismatch():
+    def law(tree, state):
+        out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
+        reach = [0.0] * tree.num_nodes
+        reach[0] = 1.0
+        for node in range(tree.num_nodes):
+            p = token.target_row(tree, node)
+            kids = {int(tree.tokens[c]): c for c in reversed(tree.children[node])}
+            for x, c in kids.items():
+                reach[c] = reach[node] * float(p[x])
+            miss = 1.0 - sum(float(p[x]) for x in kids)
+            out[node] = reach[node] * miss * p  # BUG: a fresh draw instead of the unmatched draw
+        return out
+
+    broken = Verifier("match_redraw", match.sample, law, lambda t: None)
+    assert _max_error(broken, "batch2x2", "iid") > BROKEN
+
+
+# ----- samplers against the exact laws ----------------------------------------------------------
+def _chi2(counts, law):
+    keys = sorted(law, key=lambda k: -law[k])
+    n = sum(counts.values())
+    assert set(counts) <= set(law), f"sampled outcomes outside the law: {set(counts) - set(law)}"
+    expected = [n * law[k] for k in keys]
+    observed = [counts.get(k, 0) for k in keys]
+    # pool cells with expected count < 5 into one
+    big = [(o, e) for o, e in zip(observed, expected) if e >= 5]
+    small = [(o, e) for o, e in zip(observed, expected) if e < 5]
+    if small:
+        big.append((sum(o for o, _ in small), sum(e for _, e in small)))
+    obs, exp = zip(*big)
+    return float(chisquare(obs, exp).pvalue)
+
+
+def _random_tree(sampling, parents, vocab=4, seed=3):
+    target, draft = random_markov_pair(vocab, 0.8, seed=seed, eos=False)
+    prefix = (1,)
+    return draw_tree(list(parents), prefix[-1], context_draft_fn(draft.probs, prefix), sampling,
+                     torch.Generator().manual_seed(seed), context_target_fn(target.probs, prefix))
+
+
+@pytest.mark.parametrize("verifier, sampling", [
+    ("token", "iid"), ("token", "without_replacement"), ("token", "topk"),
+    ("traversal", "iid"), ("traversal", "without_replacement"), ("traversal", "topk"),
+    ("spectr", "iid"), ("match", "iid"), ("erss", "race"),
+])
+def test_sampler_matches_exact_law_on_a_fixed_tree(verifier, sampling):
+    tree = _random_tree(sampling, binary(3) + [3, 3])
+    law = exact_law(verifier, tree)
+    cells = {(i, y): float(law[i, y]) for i, y in torch.nonzero(law > 0).tolist()}
+    gen = torch.Generator().manual_seed(17)
+    counts = Counter()
+    for _ in range(1500):
+        v = verify(verifier, tree, gen)
+        counts[(v.path[-1] if v.path else 0, v.token)] += 1
+    assert _chi2(counts, cells) > P_VALUE
+
+
+@pytest.mark.parametrize("verifier, sampling", [("traversal", "without_replacement"), ("token", "iid"),
+                                                 ("erss", "race")])
+def test_end_to_end_sampling_is_target_distributed(verifier, sampling):
+    # draw_tree + verifier sampler + target continuation vs the target's law of 3 tokens
+    target, draft = pair(3, 0.0, 1)
+    parents = list(FIG1)
+    law = target_law(target, PREFIX, 3)
+    gen = torch.Generator().manual_seed(23)
+    draft_fn = context_draft_fn(draft.probs, PREFIX)
+    target_fn = context_target_fn(target.probs, PREFIX)
+    counts = Counter()
+    for _ in range(1500):
+        tree = draw_tree(parents, PREFIX[-1], draft_fn, sampling, gen, target_fn)
+        out = verify(verifier, tree, gen).emitted(tree)
+        while len(out) < 3:
+            out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))
+        counts[tuple(out[:3])] += 1
+    assert _chi2(counts, law) > P_VALUE
+
+
+def _erss_race_counts(monkeypatch=None, n=1500):
+    target, draft = pair(3, 0.0, 1)
+    law = target_law(target, PREFIX, 3)
+    gen = torch.Generator().manual_seed(29)
+    draft_fn = context_draft_fn(draft.probs, PREFIX)
+    target_fn = context_target_fn(target.probs, PREFIX)
+    counts = Counter()
+    for _ in range(n):
+        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, "race", gen, target_fn)
+        out = erss.sample(tree, gen).emitted(tree)
+        while len(out) < 3:
+            out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))
+        counts[tuple(out[:3])] += 1
+    return counts, law
+
+
+def test_broken_erss_printed_algorithm_fails(monkeypatch):
+    # the printed Algorithm 5 uses Q in the race denominator: it just copies the draft
+    monkeypatch.setattr(erss, "verification_row", token.draft_row)
+    counts, law = _erss_race_counts()
+    assert _chi2(counts, law) < 1e-6
+
+
+def test_erss_law_is_the_sampled_walk():
+    gen = torch.Generator().manual_seed(4)
+    for seed in range(5):
+        tree = _random_tree("race", binary(3), seed=seed)
+        law = exact_law("erss", tree)
+        assert float(law.sum()) == pytest.approx(1.0, abs=1e-12)
+        v = erss.sample(tree, gen)
+        end = v.path[-1] if v.path else 0
+        assert float(law[end].sum()) == pytest.approx(1.0, abs=1e-12)
+        if tree.children[end]:
+            assert float(law[end, v.token]) == 1.0
+
+
+# ----- relations averaged over drafted trees (specs/traversal.md §3.4 P3/P4, Sequoia) ------------
+def _tau(verifier, shape, sampling, seed):
+    out = defaultdict(float)
+    for pd, tree in drafts(shape, sampling, seed):
+        law = exact_law(verifier, tree).sum(1).tolist()
+        for node, mass in enumerate(law):
+            out[tree.depths[node]] += pd * mass
+    return [out[t] for t in range(max(out) + 1)]
+
+
+def _mean(tau):
+    return sum((t + 1) * p for t, p in enumerate(tau))
+
+
+@pytest.mark.parametrize("shape", ["figure1", "batch2x2", "unbalanced"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_averaged_relations(shape, seed):
+    tau = {(v, s): _tau(v, shape, s, seed) for v in ("token", "traversal") for s in ("iid", "without_replacement")}
+    for s in ("iid", "without_replacement"):
+        tra, tok = tau[("traversal", s)], tau[("token", s)]
+        assert 1 - tra[0] == pytest.approx(1 - tok[0], abs=1e-12)        # P3: equal P(tau >= 1)
+        assert _mean(tra) >= _mean(tok) - 1e-12                          # P4 (conjecture, paper's claim)
+        for l in range(1, len(tra)):
+            assert sum(tra[l:]) >= sum(tok[l:]) - 1e-12
+    for v in ("token", "traversal"):                                      # without >= with replacement
+        assert _mean(tau[(v, "without_replacement")]) >= _mean(tau[(v, "iid")]) - 1e-12
+
+
+# ----- chains: traversal == block, token == Leviathan --------------------------------------------
+@pytest.mark.parametrize("vocab, length, seed", [(3, 1, 0), (3, 4, 1), (5, 3, 2), (8, 6, 3), (4, 5, 4)])
+def test_traversal_equals_block_on_chains(vocab, length, seed):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(4):
+        tree = _random_tree("iid", chain_parents(length), vocab=vocab, seed=int(torch.randint(0, 10**6, (1,), generator=gen)))
+        assert torch.allclose(exact_law("traversal", tree), exact_law("block", tree), atol=1e-12, rtol=0)
+
+
+def test_token_on_a_chain_is_leviathan():
+    tree = _random_tree("iid", chain_parents(3), vocab=5, seed=8)
+    law = exact_law("token", tree)
+    P = tree.target_probs.to(torch.float64)
+    Q = tree.draft_probs.to(torch.float64)
+    x = tree.tokens.tolist()
+    reach = 1.0
+    for i in range(3):
+        a = min(1.0, float(P[i, x[i + 1]] / Q[i, x[i + 1]]))
+        res = (P[i] - Q[i]).clamp_min(0)
+        assert torch.allclose(law[i], reach * (1 - a) * res / res.sum(), atol=1e-12)
+        reach *= a
+    assert torch.allclose(law[3], reach * P[3], atol=1e-12)
+
+
+# ----- checks, registry, reproducibility -------------------------------------------------------
+def test_registry_has_the_tree_verifiers():
+    for name in ("token", "traversal", "erss", "spectr", "match"):
+        assert VERIFIERS[name].name == name and VERIFIERS[name].law is not None
+
+
+def test_incompatible_trees_raise():
+    iid = _random_tree("iid", binary(3))
+    race = _random_tree("race", binary(3))
+    topk = _random_tree("topk", binary(3))
+    wr = _random_tree("without_replacement", binary(3))
+    with pytest.raises(ValueError, match="exponential races"):
+        verify("erss", iid, torch.Generator())
+    with pytest.raises(ValueError, match="top-k children are deterministic"):
+        verify("spectr", topk, torch.Generator())
+    with pytest.raises(ValueError, match="needs i.i.d. children"):
+        verify("spectr", wr, torch.Generator())
+    with pytest.raises(ValueError, match="needs i.i.d. children"):
+        verify("spectr", race, torch.Generator())
+    # children that are not the first arrivals of the stored race
+    swapped = race.tokens.clone()
+    swapped[[1, 2]] = swapped[[2, 1]]
+    bad = DraftTree(swapped, race.parents, race.draft_probs, race.target_probs, "race", race.race)
+    with pytest.raises(ValueError, match="race arrival order|first"):
+        verify("erss", bad, torch.Generator())
+    # a zero-probability child although the draft support was not used up
+    q = torch.tensor([[.5, .5, 0.0], [0, 0, 0], [0, 0, 0]], dtype=torch.float64)
+    p = torch.full((3, 3), 1 / 3, dtype=torch.float64)
+    impossible = DraftTree(torch.tensor([0, 2, 0]), torch.tensor([-1, 0, 0]), q, p, "without_replacement")
+    for name in ("token", "traversal"):
+        with pytest.raises(ValueError, match="cannot come from sampling without replacement"):
+            verify(name, impossible, torch.Generator())
+    # ... but fine once the support is used up (the uniform fallback)
+    fallback = DraftTree(torch.tensor([0, 0, 1, 2]), torch.tensor([-1, 0, 0, 0]),
+                         torch.cat([q, q[1:2]]), torch.cat([p, p[:1]]), "without_replacement")
+    for name in ("token", "traversal"):
+        assert float(exact_law(name, fallback).sum()) == pytest.approx(1.0, abs=1e-12)
+    # token and traversal treat race trees as without-replacement samples
+    for name in ("token", "traversal", "match"):
+        assert float(exact_law(name, race).sum()) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("name, sampling", [("token", "without_replacement"), ("traversal", "iid"),
+                                            ("erss", "race"), ("spectr", "iid"), ("match", "topk")])
+def test_same_seed_same_verdict(name, sampling):
+    tree = _random_tree(sampling, binary(4), vocab=6)
+    a = [verify(name, tree, torch.Generator().manual_seed(s)) for s in range(10)]
+    b = [verify(name, tree, torch.Generator().manual_seed(s)) for s in range(10)]
+    assert a == b
+
+
+@pytest.mark.parametrize("sampling", ["iid", "without_replacement", "topk", "race"])
+def test_laws_are_distributions_on_larger_trees(sampling):
+    tree = _random_tree(sampling, binary(5), vocab=50, seed=5)
+    names = [n for n in ("token", "traversal", "match", "spectr", "erss")
+             if not (n == "spectr" and sampling != "iid") and not (n == "erss" and sampling != "race")]
+    for name in names:
+        law = exact_law(name, tree)
+        assert bool((law >= 0).all())
+        assert float(law.sum()) == pytest.approx(1.0, abs=1e-12)
+        assert 1.0 <= expected_tokens(name, tree) <= tree.depth
