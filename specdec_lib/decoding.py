@@ -128,17 +128,17 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
 
     ``shape``: a parents list (relabelled to level order if needed), a `tree.parse_shape` spec ("chain:8", "kary:2x3", "specinfer:4x5",
     "binary:4", "batch:3x4", "parents:-1,0,0"), or "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of
-    size N and depth at most D, root included, from ``acceptance_vector`` or the measured one).
+    size N, depth unbounded or at most D, root included, from ``acceptance_vector`` or the measured one).
     """
     if isinstance(shape, (list, tuple)):
         parents = [int(p) for p in shape]
     elif isinstance(shape, str) and shape.startswith("sequoia:"):
         spec = shape[len("sequoia:"):]
         try:
-            size, depth = (int(x) for x in spec.split("x")) if "x" in spec else (int(spec), int(spec))
+            size, depth = (int(x) for x in spec.split("x")) if "x" in spec else (int(spec), None)
         except ValueError:
             raise ValueError(f"bad Sequoia shape {shape!r}; expected 'sequoia:N' or 'sequoia:NxD'") from None
-        if size < 1 or depth < 1:
+        if size < 1 or (depth is not None and depth < 1):
             raise ValueError(f"bad Sequoia shape {shape!r}: size and depth must be >= 1")
         from .theory import sequoia_tree
 

@@ -66,7 +66,7 @@ __all__ = [
     "DistillConfig", "Sample", "seed_instructions", "common_prefix_length", "sample_continuations",
     "save_samples", "load_samples", "topk_kl", "full_kl", "student_rows", "train_step",
     "acceptance_rate", "forward_time_ms", "trainable_parameters", "save_checkpoint", "load_checkpoint",
-    "export_draft", "load_exported", "distill", "run_offline", "tiny_llama", "run_profile", "main",
+    "export_draft", "load_exported", "measure_theory", "remeasure_export", "distill", "committed_record", "summary_table", "loss_curve_frame", "run_offline", "tiny_llama", "run_profile", "main",
 ]
 
 
@@ -1005,11 +1005,17 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
 # the offline pair, profiles, CLI
 
 
-def _theory_extras(max_children: int = 8, max_rows: int = 192, num_samples: int = 32):
-    """Sequoia's positional acceptance vector (sampling without replacement) and ERSS's 0th-order index
-    distribution r (races), measured by `specdec_lib.theory.positional_acceptance` /
-    `erss_index_distribution` on up to ``max_rows`` held-out (target, draft) rows at T = 1 (Monte Carlo,
-    ``num_samples`` per row, seed 0). Returns None when the theory module lacks these functions."""
+def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 64,
+                   num_samples: int = 16, min_prob: float = 1e-6, seed: int = 0) -> dict | None:
+    """Sequoia's positional acceptance vector (children drawn without replacement) and ERSS's 0th-order
+    accepted-index distribution r (exponential races), measured with `specdec_lib.theory`
+    (``positional_acceptance`` / ``erss_index_distribution``, Monte Carlo with ``num_samples`` per row) on
+    ``max_rows`` random held-out (target, draft) row pairs at T = 1.
+
+    To keep the Monte Carlo affordable on a CPU the rows are restricted to the tokens whose target or draft
+    probability exceeds ``min_prob`` in at least one chosen row, then renormalised; the dropped mass is
+    reported (``theory_dropped_mass``, the largest per row). Returns None when `specdec_lib.theory` lacks
+    these functions."""
     try:
         from . import theory
     except ImportError:
@@ -1018,30 +1024,73 @@ def _theory_extras(max_children: int = 8, max_rows: int = 192, num_samples: int 
     index_dist = getattr(theory, "erss_index_distribution", None)
     if positional is None or index_dist is None:
         return None
+    rows_p, rows_q = [], []
+    with torch.no_grad():
+        for s in eval_samples:
+            logits = student_rows(student, [s], continuation_only=True).float()
+            _, logp = _rows([s], continuation_only=True)
+            rows_p.append(logp.float().exp())
+            rows_q.append(torch.softmax(logits, dim=-1))
+    p, q = torch.cat(rows_p), torch.cat(rows_q)
+    pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:max_rows]
+    p, q = p[pick].double(), q[pick].double()
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    keep = ((p > min_prob) | (q > min_prob)).any(0)
+    dropped = float(torch.maximum(p[:, ~keep].sum(-1), q[:, ~keep].sum(-1)).max()) if bool((~keep).any()) else 0.0
+    p, q = p[:, keep], q[:, keep]
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    kw = dict(method="monte_carlo", num_samples=num_samples)
+    seq = positional(p, q, max_children, "without_replacement", generator=torch.Generator().manual_seed(seed), **kw)
+    r = index_dist(p, q, max_children, coupling="erss", generator=torch.Generator().manual_seed(seed), **kw)
+    return {"sequoia_positional_acceptance": [float(x) for x in seq],
+            "erss_r_vector": [float(x) for x in r],
+            "theory_measurement": {"rows": int(p.shape[0]), "max_children": max_children,
+                                   "num_samples": num_samples, "vocabulary_kept": int(keep.sum()),
+                                   "theory_dropped_mass": dropped, "temperature": 1.0,
+                                   "functions": "specdec_lib.theory.positional_acceptance(without_replacement), "
+                                                "erss_index_distribution(erss)"}}
 
-    def extras(student, eval_samples):
-        rows_p, rows_q = [], []
-        with torch.no_grad():
-            for s in eval_samples:
-                logits = student_rows(student, [s], continuation_only=True).float()
-                _, logp = _rows([s], continuation_only=True)
-                rows_p.append(logp.float().exp())
-                rows_q.append(torch.softmax(logits, dim=-1))
-        p, q = torch.cat(rows_p), torch.cat(rows_q)
-        pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(0))[:max_rows]
-        p = p[pick].double()
-        p = p / p.sum(-1, keepdim=True)
-        q = q[pick].double()
-        q = q / q.sum(-1, keepdim=True)
-        kw = dict(method="monte_carlo", num_samples=num_samples)
-        seq = positional(p, q, max_children, "without_replacement", generator=torch.Generator().manual_seed(0), **kw)
-        r = index_dist(p, q, max_children, coupling="erss", generator=torch.Generator().manual_seed(0), **kw)
-        return {"sequoia_positional_acceptance": [float(x) for x in seq],
-                "erss_r_vector": [float(x) for x in r],
-                "theory_measurement": f"{p.shape[0]} held-out rows, K={max_children}, Monte Carlo "
-                                      f"{num_samples} per row (specdec_lib.theory)"}
 
-    return extras
+def _theory_extras():
+    """`measure_theory` as a per-round hook for `distill` (None when the theory module lacks it)."""
+    try:
+        from . import theory
+    except ImportError:
+        return None
+    if not (hasattr(theory, "positional_acceptance") and hasattr(theory, "erss_index_distribution")):
+        return None
+    return lambda student, eval_samples: measure_theory(student, eval_samples)
+
+
+def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path | str = DEFAULT_RUN_DIR,
+                     target_model: str = TARGET_NAME, device=None, theory: bool = True,
+                     timing: bool = True, prefix_len: int = 100, repeats: int = 21) -> dict:
+    """Load the exported draft (`load_exported`), measure again on the run's held-out set (acceptance at
+    T = 1; optionally the Sequoia / ERSS vectors via `measure_theory` and the forward times) and update
+    its ``draft.json``. Returns the updated record."""
+    from .models import load_model
+
+    export_dir, run_dir = Path(export_dir), Path(run_dir)
+    eval_path = run_dir / "data" / "eval.safetensors"
+    if not eval_path.is_file():
+        raise ValueError(f"no held-out set at {eval_path}: run the distillation first")
+    lm = load_model(target_model, device=device)
+    draft = load_exported(lm.model, export_dir)
+    eval_samples = load_samples(eval_path)
+    record = json.loads((export_dir / RECORD_FILE).read_text())
+    res = acceptance_rate(draft, eval_samples)
+    ev = record.setdefault("evaluation", {})
+    ev.update({"mean_acceptance": res["mean"], "mean_kl": res["kl"], "positions": res["positions"],
+               "sequences": res["sequences"], "acceptance_by_depth": res["by_depth"][:64]})
+    if theory:
+        extra = measure_theory(draft, eval_samples)
+        if extra is not None:
+            ev.update(extra)
+            record.pop("theory_note", None)
+    if timing:
+        record["forward_time"] = measure_forward_times(draft, lm.model, prefix_len, repeats)
+    _atomic_json(record, export_dir / RECORD_FILE)
+    return record
 
 
 def _project_prompts(split: str) -> list[str]:
@@ -1152,10 +1201,53 @@ def run_profile(profile: str = "default", minutes: float | None = None, layers: 
     return {"profile": profile, "record": rec, "run_dir": str(tmp)}
 
 
+def committed_record(directory: Path | str = DEFAULT_EXPORT_DIR) -> dict | None:
+    """The committed draft's ``draft.json`` (None when there is no committed draft)."""
+    path = Path(directory) / RECORD_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def summary_table(record: dict, acceptance_goal: float = 0.6, cost_goal: float = 0.25):
+    """A one-column pandas table of a draft record: data, steps, acceptance (goal >= ``acceptance_goal``),
+    forward times (goal: draft / target <= ``cost_goal``)."""
+    import pandas as pd
+
+    tr, ev, ft = record.get("training", {}), record.get("evaluation", {}), record.get("forward_time") or {}
+    rows = {
+        "layers": record.get("num_hidden_layers", tr.get("layers")),
+        "training sequences": tr.get("sequences"), "training tokens": tr.get("tokens"),
+        "trained positions": tr.get("trained_positions"), "steps": tr.get("steps"),
+        "training minutes": round(tr.get("train_minutes", float("nan")), 1),
+        "text generation minutes": round(tr.get("generation_minutes", float("nan")), 1),
+        "learning rate": tr.get("lr"),
+        "held-out acceptance (T=1), untrained": ev.get("untrained_acceptance"),
+        "held-out acceptance (T=1)": ev.get("mean_acceptance"),
+        f"acceptance goal >= {acceptance_goal}": (ev.get("mean_acceptance") or 0) >= acceptance_goal,
+        "draft forward ms (1 token, cache)": ft.get("draft_ms"), "target forward ms": ft.get("target_ms"),
+        "draft / target": ft.get("ratio"),
+        f"cost goal <= {cost_goal}": (ft.get("ratio") or math.inf) <= cost_goal,
+    }
+    if "sequoia_positional_acceptance" in ev:
+        rows["Sequoia p_1..p_4"] = [round(x, 3) for x in ev["sequoia_positional_acceptance"][:4]]
+    if "erss_r_vector" in ev:
+        rows["ERSS r(1..4)"] = [round(x, 3) for x in ev["erss_r_vector"][:4]]
+    return pd.DataFrame({"value": list(rows.values())}, index=list(rows.keys()))
+
+
+def loss_curve_frame(record: dict, label: str = "draft"):
+    """The recorded training loss curve (EMA of the KL) as a pandas frame: step, loss, minutes, run."""
+    import pandas as pd
+
+    curve = record.get("training", {}).get("loss_curve") or []
+    return pd.DataFrame([{"step": c[0], "loss (KL, EMA)": c[1], "train minutes": c[2], "run": label} for c in curve])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdec_lib.distill",
                                  description="Distil the offline draft smollm2-135m-draft from SmolLM2-135M-Instruct.")
-    ap.add_argument("--minutes", type=float, required=True, help="wall-clock budget of this invocation")
+    ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of this invocation")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="only re-measure the exported draft (acceptance, Sequoia / ERSS vectors, timings)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--resume", action="store_true", help="continue the checkpoint and text in --run-dir")
     ap.add_argument("--run-dir", default=str(DEFAULT_RUN_DIR))
@@ -1174,6 +1266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
+    if args.remeasure:
+        rec = remeasure_export(args.export_dir, args.run_dir, args.target, args.device)
+        print(json.dumps({k: rec["evaluation"].get(k) for k in (
+            "mean_acceptance", "sequoia_positional_acceptance", "erss_r_vector")}, indent=1))
+        return 0
+    if args.minutes is None:
+        ap.error("--minutes is required (unless --remeasure)")
     cfg = DistillConfig(layers=args.layers, **{n: getattr(args, n) for n in (
         "lr", "batch_size", "topk", "gen_batch", "new_tokens", "eval_prompts", "eval_new_tokens",
         "gen_minutes", "train_minutes", "decay_fraction", "seed")})

@@ -50,7 +50,8 @@ def parse_param(value: Any) -> Any:
     if text.lower() in ("none", "null", ""):
         return None
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
+        return list(value) if isinstance(value, tuple) else value
     except (ValueError, SyntaxError):
         pass
     if "," in text:
@@ -411,8 +412,8 @@ def truncate_chain(tree: DraftTree, n: int) -> DraftTree:
     """The first ``n`` drafted tokens of a chain (a chain of ``n`` drafted tokens)."""
     if not tree.is_chain:
         raise ValueError("truncate_chain needs a chain")
-    if not 0 <= n <= tree.num_nodes:
-        raise ValueError(f"cannot truncate a chain of {tree.num_nodes} drafted tokens to {n}")
+    if not 0 <= n <= tree.num_nodes - 1:
+        raise ValueError(f"cannot truncate a chain of {tree.num_nodes - 1} drafted tokens to {n}")
     return restrict_depth(tree, n + 1)
 
 
@@ -477,7 +478,7 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
 
     ``views`` maps a label to a function giving the tree to evaluate (e.g. ``{"chain:4": lambda t:
     truncate_chain(t, 4)}``; default: the tree itself under the label "tree"). Verifiers that do not
-    accept a tree are skipped. The verifier that advanced the text gets its recorded state (greedy_block's
+    accept a tree are skipped (``nodes`` = drafted nodes, root excluded). The verifier that advanced the text gets its recorded state (greedy_block's
     target modification); the others are evaluated as a fresh step. Returns a long DataFrame with columns
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
     drafted token accepted)) and the constant ``labels`` columns.
@@ -502,7 +503,7 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
                     continue
                 law = exact_law(name, tree, rec.state if name == rec.advance else None)
                 rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
-                             "view": view, "nodes": tree.num_nodes, "verifier": name,
+                             "view": view, "nodes": tree.num_nodes - 1, "verifier": name,
                              "expected_tokens": float(expected_tokens_from_law(tree, law)),
                              "p_accept_first": float(1.0 - law[0].sum())})
     frame = pd.DataFrame(rows, columns=["prompt_id", "category", "step", "view", "nodes", "verifier",

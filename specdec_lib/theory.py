@@ -33,7 +33,7 @@ import heapq
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
@@ -649,8 +649,15 @@ def index_entropy(r) -> float:
     If r sums to less than 1 (a measured truncation r_1..r_K, or a draft whose support misses target
     tokens), the missing mass is counted as ONE extra symbol. Merging symbols can only lower the entropy,
     so bounds of the form log(.)/H computed from it stay valid upper bounds (they get looser).
+    A 2-D input [M, K] (``positional_acceptance(..., per_row=True)``) gives eq. 3's context average
+    E_x H[r(.|x)], which is at most the entropy of the pooled r (the one the paper's curves use).
     """
-    vec = _prob_vector(r, "r")
+    if isinstance(r, torch.Tensor):
+        r = r.detach().to("cpu", torch.float64).numpy()
+    arr = np.asarray(r, dtype=np.float64)
+    if arr.ndim == 2:
+        return float(np.mean([index_entropy(row) for row in arr]))
+    vec = _prob_vector(arr, "r")
     tail = 1.0 - float(vec.sum())
     probs = vec[vec > 0]
     if tail > 1e-12:
@@ -1187,7 +1194,8 @@ def erss_first_acceptance(p, q):
     """
     pp, qq, single = _pair(p, q)
     inf = torch.tensor(math.inf, dtype=torch.float64)
-    rho = torch.where(qq > 0, pp / qq.clamp_min(1e-300), torch.where(pp > 0, inf, torch.zeros(())))
+    zero = torch.zeros((), dtype=torch.float64)
+    rho = torch.where(qq > 0, pp / qq.clamp_min(1e-300), torch.where(pp > 0, inf, zero))
     sorted_rho, order = torch.sort(rho, dim=-1)
     cum_p = torch.cat([torch.zeros(pp.shape[0], 1, dtype=torch.float64),
                        torch.gather(pp, 1, order).cumsum(-1)], dim=-1)

@@ -6,6 +6,10 @@ acceptance is neither 0 nor 1) in float32, as a model would give them; drafts ar
 draft rows. Each call times `specdec_lib.verifiers.verify` (its tree check plus its sampler), the
 call the decode loop makes, and reports the median over ``repeats`` calls in milliseconds. This is
 a measurement, never an assertion: it depends on the machine and on its load.
+
+By default the measurement runs with one torch thread (restored afterwards): the verifiers are a
+few full-vocabulary vector passes, and on a shared machine torch's intra-op thread pool contends
+with other processes (a [9, 49152] sum took 25 ms with 2 threads under load, 0.08 ms with 1).
 """
 
 from __future__ import annotations
@@ -50,13 +54,24 @@ def _parents_of(shape: str | Sequence[int]) -> list[int]:
 
 def time_verifiers(names: Sequence[str] = DEFAULT_NAMES, vocab_size: int = 49152, gamma: int = 8,
                    repeats: int = 30, seed: int = 0, shapes: Sequence[str | Sequence[int]] | None = None,
-                   num_trees: int = 4) -> dict[str, float]:
+                   num_trees: int = 4, threads: int | None = 1) -> dict[str, float]:
     """Median milliseconds per `verify` call for each verifier.
 
     Without ``shapes`` the trees are chains of ``gamma`` drafts and the keys are the verifier names.
     With ``shapes`` (shape strings for `tree.parse_shape` or parents lists) the keys are
     ``"name shape"``; verifiers that refuse a shape (their check raises ValueError) are left out.
+    ``threads`` torch threads are used while timing (None keeps the current setting).
     """
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _time(names, vocab_size, gamma, repeats, seed, shapes, num_trees)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _time(names, vocab_size, gamma, repeats, seed, shapes, num_trees) -> dict[str, float]:
     gen = torch.Generator().manual_seed(seed)
     layouts = [("", chain_parents(gamma))] if shapes is None else [
         (f" {s if isinstance(s, str) else 'parents:' + ','.join(map(str, s))}", _parents_of(s)) for s in shapes]
@@ -91,11 +106,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shapes", nargs="*", default=None, help="tree shapes (e.g. binary:4) instead of chains")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads while timing (0: leave as is)")
     args = parser.parse_args(argv)
-    result = time_verifiers(args.names, args.vocab, args.gamma, args.repeats, args.seed, args.shapes)
+    threads = args.threads or None
+    result = time_verifiers(args.names, args.vocab, args.gamma, args.repeats, args.seed, args.shapes,
+                            threads=threads)
     what = f"chain gamma={args.gamma}" if args.shapes is None else "trees"
     print(f"verifier timing: V={args.vocab}, {what}, median of {args.repeats} calls, "
-          f"{torch.get_num_threads()} torch threads")
+          f"{threads or torch.get_num_threads()} torch thread(s)")
     print(f"{'verifier':<32}{'median ms':>10}")
     for name, ms in result.items():
         print(f"{name:<32}{ms:>10.3f}")

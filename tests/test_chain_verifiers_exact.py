@@ -39,8 +39,9 @@ CONTROL_MODEL = (3, 0.7, 10, 1.0, 0.0)
 
 
 def _multistep_affordable(vocab, gamma):
-    """Multi-step enumeration grows with the number of step histories: keep it to small cases."""
-    return vocab ** gamma <= 243 and gamma <= 5 and (vocab, gamma) not in ((4, 4), (5, 3))
+    """Multi-step enumeration grows with the number of step histories: V = 3 up to gamma = 5,
+    larger vocabularies up to gamma = 2 (keeps this file well under a minute)."""
+    return vocab == 3 or gamma <= 2
 
 
 @lru_cache(maxsize=None)
@@ -160,7 +161,7 @@ def test_greedy_block_single_step_is_not_lossless():
 
 # ----- sampling paths: chi-square against the exact law --------------------------------------------
 
-CHI_N = 1000
+CHI_N = 800
 
 
 @pytest.mark.parametrize("name", list(BROKEN))

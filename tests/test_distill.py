@@ -207,3 +207,18 @@ def test_seed_instructions_are_varied_and_deterministic():
     assert D.common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
     with pytest.raises(ValueError):
         D.seed_instructions(-1)
+
+
+def test_measure_theory_first_position_is_the_acceptance_rate(target, samples):
+    from specdec_lib.models.offline import build_student
+
+    student = build_student(target, 1)
+    res = D.measure_theory(student, samples, max_children=3, max_rows=1000, num_samples=4)
+    assert res is not None
+    acc = D.acceptance_rate(student, samples)["mean"]
+    # p_1 of sampling without replacement is sum_x min(p, q) (exact in the Rao-Blackwellised estimator);
+    # the race coupling's first index can not beat the maximal coupling (Monte Carlo slack)
+    assert res["sequoia_positional_acceptance"][0] == pytest.approx(acc, abs=3e-3)
+    assert 0.0 < res["erss_r_vector"][0] <= acc + 0.05
+    assert sum(res["sequoia_positional_acceptance"]) <= 1.0 + 1e-9
+    assert res["theory_measurement"]["rows"] == sum(len(s.tokens) - s.prompt_len for s in samples)

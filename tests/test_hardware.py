@@ -164,6 +164,7 @@ def test_tiny_profile_and_json_round_trip(tiny_model, tmp_path):
     assert H.load_profile(path) == json.loads(json.dumps(prof))
     assert H.normalised_times(prof)[1] == 1.0
     assert H.level_cost(prof, 1) == prof["median_s"][0]
+    assert H.profile_times(prof) == dict(zip(prof["sizes"], prof["median_s"]))
     # an object with .model (the project's LanguageModel) is accepted
     wrapper = type("Wrapper", (), {})()
     wrapper.model = tiny_model

@@ -596,6 +596,9 @@ def test_acceptance_properties_on_random_rows():
     assert torch.all(hm <= per_row[:, 0] + 1e-12) and torch.all(per_row[:, 0] <= 1 - tv + 1e-12)
     torch.testing.assert_close(first, per_row[:, 0])
     torch.testing.assert_close(gss[:, 0], 1 - tv)
+    # eq. 3: the context-averaged entropy is at most the pooled one
+    assert T.index_entropy(per_row) <= T.index_entropy(per_row.mean(0)) + 1e-12
+    assert T.index_entropy(per_row[:1]) == pytest.approx(T.index_entropy(per_row[0]))
     # with all V tokens drafted something is always accepted (supp P inside supp Q)
     torch.testing.assert_close(per_row.sum(-1), torch.ones(12, dtype=torch.float64))
     torch.testing.assert_close(gss.sum(-1), torch.ones(12, dtype=torch.float64))

@@ -367,7 +367,7 @@ def test_erss_index_law_monte_carlo(P, Q, r_erss, batch_g):
     assert sum(r_erss) == 1  # all V tokens drafted: something is always accepted
     for j, g in enumerate(batch_g, start=1):  # batch G = 1 + sum_{i <= k} r_i (spec consistency)
         assert 1 + float(sum(r_erss[:j])) == pytest.approx(g, abs=5e-7)
-    n = 2500
+    n = 1200
     counts = _race_index_counts(P, Q, k, n, seed=7)
     assert counts[0] == 0
     observed = [counts[j] for j in range(1, k + 1)]

@@ -19,7 +19,7 @@ from scipy.stats import chisquare
 
 from specdec_lib.drafting import context_draft_fn, context_target_fn, draw_tree
 from specdec_lib.exact import enumerate_drafts, max_abs_diff, target_law
-from specdec_lib.models.synthetic import random_markov_pair
+from specdec_lib.models.synthetic import ContextIndependentLM, random_markov_pair
 from specdec_lib.tree import DraftTree, batch, binary, chain_parents
 from specdec_lib.verifiers import VERIFIERS, exact_law, expected_tokens, get_verifier, verify
 from specdec_lib.verifiers import erss, match, spectr, token, traversal
@@ -38,6 +38,7 @@ SHAPES = {  # name: (parents, vocabulary, zero_prob of the toy pair)
     "figure1": (FIG1, 3, 0.0),
     "unbalanced": ((-1, 0, 0, 1, 3), 4, 0.0),
     "figure1_zeros": (FIG1, 4, 0.4),   # zero probabilities: exercises the uniform fallback
+    "figure1_toy": (FIG1, 3, "toy"),   # Traversal's toy P_b = [.3, .4, .3], P_s = [.6, .3, .1]
 }
 MODES = {
     "token": ("iid", "without_replacement", "topk"),
@@ -49,6 +50,8 @@ MODES = {
 
 @functools.lru_cache(maxsize=None)
 def pair(vocab, zero_prob, seed=0):
+    if zero_prob == "toy":
+        return ContextIndependentLM([.3, .4, .3]), ContextIndependentLM([.6, .3, .1])
     return random_markov_pair(vocab, 0.7, seed=seed, eos=False, zero_prob=zero_prob)
 
 
@@ -87,8 +90,9 @@ def output_law(verifier, shape, sampling, seed=0):
     return dict(out), target_law(target, PREFIX, horizon)
 
 
+# The iid sweeps over 729 / 1024 trees run for `token` only, to keep the file fast.
 CASES = [(v, s, shape) for v, modes in MODES.items() for s in modes for shape in SHAPES
-         if not (s == "iid" and shape == "binary3" and v != "token")]  # keep the 729-tree sweep to one
+         if not (s == "iid" and shape in ("binary3", "figure1_zeros") and v != "token")]
 
 
 @pytest.mark.parametrize("verifier, sampling, shape", CASES)
@@ -128,7 +132,7 @@ def test_broken_token_without_residual(monkeypatch):
 
 def test_broken_token_wrong_replacement_rule():
     # drawn without replacement, verified with the with-replacement rule (Eq. 2 skipped)
-    assert _max_error(_mismatched("token", "without_replacement", "iid"), "figure1", "without_replacement") > BROKEN
+    assert _max_error(_mismatched("token", "without_replacement", "iid"), "figure1_toy", "without_replacement") > BROKEN
 
 
 def test_broken_token_topk_with_the_draft_row(monkeypatch):
@@ -151,7 +155,7 @@ def test_broken_traversal_wrong_parentheses_is_only_numerical(monkeypatch):
 
 def test_broken_traversal_wrong_replacement_rule():
     assert _max_error(_mismatched("traversal", "without_replacement", "iid"),
-                      "figure1", "without_replacement") > BROKEN
+                      "figure1_toy", "without_replacement") > BROKEN
 
 
 def test_broken_spectr_with_rho_one(monkeypatch):
@@ -222,46 +226,35 @@ def test_sampler_matches_exact_law_on_a_fixed_tree(verifier, sampling):
     assert _chi2(counts, cells) > P_VALUE
 
 
-@pytest.mark.parametrize("verifier, sampling", [("traversal", "without_replacement"), ("token", "iid"),
-                                                 ("erss", "race")])
-def test_end_to_end_sampling_is_target_distributed(verifier, sampling):
-    # draw_tree + verifier sampler + target continuation vs the target's law of 3 tokens
+def _end_to_end_counts(sample, sampling, n, seed):
+    """draw_tree + a verifier's sampler + target continuation: counts of the first 3 tokens."""
     target, draft = pair(3, 0.0, 1)
-    parents = list(FIG1)
-    law = target_law(target, PREFIX, 3)
-    gen = torch.Generator().manual_seed(23)
-    draft_fn = context_draft_fn(draft.probs, PREFIX)
-    target_fn = context_target_fn(target.probs, PREFIX)
-    counts = Counter()
-    for _ in range(1500):
-        tree = draw_tree(parents, PREFIX[-1], draft_fn, sampling, gen, target_fn)
-        out = verify(verifier, tree, gen).emitted(tree)
-        while len(out) < 3:
-            out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))
-        counts[tuple(out[:3])] += 1
-    assert _chi2(counts, law) > P_VALUE
-
-
-def _erss_race_counts(monkeypatch=None, n=1500):
-    target, draft = pair(3, 0.0, 1)
-    law = target_law(target, PREFIX, 3)
-    gen = torch.Generator().manual_seed(29)
+    gen = torch.Generator().manual_seed(seed)
     draft_fn = context_draft_fn(draft.probs, PREFIX)
     target_fn = context_target_fn(target.probs, PREFIX)
     counts = Counter()
     for _ in range(n):
-        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, "race", gen, target_fn)
-        out = erss.sample(tree, gen).emitted(tree)
+        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, sampling, gen, target_fn)
+        out = sample(tree, gen).emitted(tree)
         while len(out) < 3:
             out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))
         counts[tuple(out[:3])] += 1
-    return counts, law
+    return counts, target_law(target, PREFIX, 3)
+
+
+@pytest.mark.parametrize("verifier, sampling", [("traversal", "without_replacement"), ("erss", "race")])
+def test_end_to_end_sampling_is_target_distributed(verifier, sampling):
+    counts, law = _end_to_end_counts(lambda tree, gen: verify(verifier, tree, gen), sampling, 1200, 23)
+    assert _chi2(counts, law) > P_VALUE
 
 
 def test_broken_erss_printed_algorithm_fails(monkeypatch):
     # the printed Algorithm 5 uses Q in the race denominator: it just copies the draft
-    monkeypatch.setattr(erss, "verification_row", token.draft_row)
-    counts, law = _erss_race_counts()
+    def printed(tree, node):
+        return token.draft_row(tree, node) if tree.children[node] else token.target_row(tree, node)
+
+    monkeypatch.setattr(erss, "verification_row", printed)
+    counts, law = _end_to_end_counts(erss.sample, "race", 600, 29)
     assert _chi2(counts, law) < 1e-6
 
 

@@ -31,8 +31,29 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical
-from .block import chain_inputs, check_chain, log_block_weights
+from .base import Verdict, Verifier
+from .block import chain_inputs, chain_rows, check_chain, draw, log_block_weights
+
+
+def pn_parts(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor):
+    """``(log_d [L+1], log_scale [L], rows [L, V])`` with PN row j = ``exp(log_scale[j]) * rows[j]``
+    (the draft cell of every row emptied) and the all-accepted mass ``D_L = exp(log_d[L])``.
+    ``rows`` keeps the dtype of ``P``; the scalars are float64."""
+    L = Q.shape[0]
+    log_d = log_block_weights(P, Q, x)                       # log D_0 .. log D_L
+    idx = torch.arange(L)
+    excess = P[:L] * torch.exp(log_d[:L]).to(P.dtype)[:, None]
+    excess.sub_(Q)                                           # D_{k-1} P[k-1] - Q[k-1]
+    c1 = (-excess).clamp_(min=0)                             # (m_ref - m)_+
+    s = c1.sum(dim=1).to(torch.float64)
+    c1x = c1[idx, x].to(torch.float64)
+    safe_s = torch.where(s > 0, s, torch.ones_like(s))
+    log_w = torch.where(s > 0, torch.log(c1x) - torch.log(safe_s) - torch.log(Q[idx, x].to(torch.float64)),
+                        torch.zeros_like(s))                 # corner case (i): w = 1
+    log_scale = torch.flip(torch.cumsum(torch.flip(log_w, [0]), 0), [0])   # sum_{k >= j+1} log w_k
+    rows = excess.clamp_(min=0)
+    rows[idx, x] = 0.0
+    return log_d, log_scale, rows
 
 
 def pn_law(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -40,21 +61,12 @@ def pn_law(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     rows 0..L-1 are Algorithm 1's final ``PN`` with the "all accepted" cell removed, row L is
     ``D_L * P[L]`` (bonus)."""
     L = Q.shape[0]
-    log_d = log_block_weights(P, Q, x)                      # log D_0 .. log D_L
     if L == 0:
-        return P[:1].clone()
-    idx = torch.arange(L)
-    excess = torch.exp(log_d[:L, None]) * P[:L] - Q          # D_{k-1} P[k-1] - Q[k-1]
-    c1 = (-excess).clamp_min(0)                              # (m_ref - m)_+
-    s = c1.sum(dim=1)
-    safe_s = torch.where(s > 0, s, torch.ones_like(s))
-    log_w = torch.where(s > 0, torch.log(c1[idx, x]) - torch.log(safe_s) - torch.log(Q[idx, x]),
-                        torch.zeros_like(s))
-    log_scale = torch.flip(torch.cumsum(torch.flip(log_w, [0]), 0), [0])   # sum_{k >= j+1} log w_k
-    # where() instead of a product so that an unused row never turns into inf * 0 = NaN
-    rows = torch.where(excess > 0, torch.exp(log_scale)[:, None] * excess, torch.zeros_like(excess))
-    rows[idx, x] = 0.0
-    return torch.cat([rows, torch.exp(log_d[L]) * P[L:L + 1]])
+        return P[:1].to(torch.float64).clone()
+    log_d, log_scale, rows = pn_parts(P, Q, x)
+    # where() instead of a plain product so that an empty row never turns into inf * 0 = NaN
+    scaled = torch.where(rows > 0, torch.exp(log_scale).to(rows.dtype)[:, None] * rows, torch.zeros_like(rows))
+    return torch.cat([scaled, torch.exp(log_d[L]).to(P.dtype) * P[L:L + 1]]).to(torch.float64)
 
 
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
@@ -64,11 +76,18 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
 
 
 def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
-    """Algorithm 1: one categorical draw over the cells of ``PN`` (plus the bonus row)."""
-    P, Q, x = chain_inputs(tree)
-    table = pn_law(P, Q, x)
-    cell = sample_categorical(table.flatten(), generator)
-    j, y = divmod(cell, table.shape[1])
+    """Algorithm 1: one draw of a cell of ``PN`` (plus the bonus), done in two stages with the
+    same law: the row j from the row masses, then the token within row j. Works on the rows as
+    stored (float32 stays float32; the scalars are float64)."""
+    P, Q, x = chain_rows(tree)
+    L = Q.shape[0]
+    if L == 0:
+        return Verdict(path=(), token=draw(P[0], generator))
+    log_d, log_scale, rows = pn_parts(P, Q, x)
+    row_mass = rows.sum(dim=1).to(torch.float64)
+    mass = torch.where(row_mass > 0, torch.exp(log_scale) * row_mass, torch.zeros_like(row_mass))
+    j = draw(torch.cat([mass, torch.exp(log_d[L:L + 1])]), generator)
+    y = draw(P[L] if j == L else rows[j], generator)
     return Verdict(path=tuple(range(1, j + 1)), token=y)
 
 

@@ -47,7 +47,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier
-from .block import _normalised, chain_inputs, check_chain, law_from_weights, log_ratios, sample_from_weights
+from .block import _normalised, check_chain, law_from_weights, log_ratios, sample_from_weights
 
 
 @dataclass(frozen=True)
@@ -74,44 +74,52 @@ def _check_state(state: Any) -> tuple[PendingModification, ...]:
     return state.pending
 
 
-def _draft_rows(tree: DraftTree, rows_needed: int) -> torch.Tensor:
-    """Draft rows ``[rows_needed, V]``; the leaf row is only read when a modification outlives
-    the chain, and must then be a distribution."""
+def _rows(rows: torch.Tensor, exact: bool) -> torch.Tensor:
+    return _normalised(rows) if exact else rows
+
+
+def _draft_rows(tree: DraftTree, rows_needed: int, exact: bool) -> torch.Tensor:
+    """Draft rows ``[max(g, rows_needed), V]``; the leaf row is only read when a modification
+    outlives the chain (the draft length shrank), and must then be a distribution."""
     g = tree.num_nodes - 1
     if rows_needed > g:
-        leaf = tree.draft_probs[g]
-        if not float(leaf.sum()) > 0.0:
+        if not float(tree.draft_probs[g].sum()) > 0.0:
             raise ValueError("greedy_block: a pending target modification reaches past this chain's "
                              "last draft, so the draft row at the leaf is needed but is all zeros "
                              "(keep gamma fixed, or give the leaf's draft row)")
-        return _normalised(tree.draft_probs[:rows_needed])
-    return _normalised(tree.draft_probs[:g])
+        return _rows(tree.draft_probs[:g + 1], exact)
+    return _rows(tree.draft_probs[:g], exact)
 
 
 def _path_logs(rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``[0, log rows[0][x_1], log rows[0][x_1] + log rows[1][x_2], ...]`` (prefix sums)."""
+    """``[0, log rows[0][x_1], log rows[0][x_1] + log rows[1][x_2], ...]`` in float64."""
     idx = torch.arange(x.shape[0])
-    return torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(torch.log(rows[idx, x]), 0)])
+    logs = torch.log(rows[idx, x].to(torch.float64))
+    return torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(logs, 0)])
 
 
-def modified_targets(tree: DraftTree, state: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+def modified_targets(tree: DraftTree, state: Any, exact: bool = True) -> tuple[list[torch.Tensor], torch.Tensor]:
     """``(levels, Q)``: ``levels[0]`` the tree's target rows, ``levels[m+1]`` after applying the
-    m-th pending modification (oldest first); ``levels[-1]`` is the target this step verifies."""
+    m-th pending modification (oldest first); ``levels[-1]`` is the target this step verifies.
+    ``exact``: rows in float64 renormalised (laws); otherwise the stored rows (the sampler)."""
     pending = _check_state(state)
-    P, _, x = chain_inputs(tree)
+    x = tree.tokens[1:]
     g = x.shape[0]
+    P = _rows(tree.target_probs, exact)
     need = max([0] + [min(m.remaining, g + 1) for m in pending])
-    Q = _draft_rows(tree, max(g, need))
+    Q = _draft_rows(tree, need, exact)
     levels = [P]
     for mod in pending:
         pre = levels[-1]
         r = min(mod.remaining, g + 1)
-        lt = mod.log_target + _path_logs(pre, x)[:r]
-        ld = mod.log_draft + _path_logs(Q[:g], x)[:r]
+        lt = mod.log_target + _path_logs(pre, x)[:r]          # log M(A, z | c) before this modification
+        ld = mod.log_draft + _path_logs(Q[:g], x)[:r]         # log M_s(A, z | c)
         top = torch.maximum(lt, ld)
         reach = torch.isfinite(top)
         safe_top = torch.where(reach, top, torch.zeros_like(top))
-        res = (torch.exp(lt - safe_top)[:, None] * pre[:r] - torch.exp(ld - safe_top)[:, None] * Q[:r]).clamp_min(0)
+        scale_p = torch.exp(lt - safe_top).to(pre.dtype)[:, None]
+        scale_q = torch.exp(ld - safe_top).to(pre.dtype)[:, None]
+        res = (pre[:r] * scale_p).sub_(Q[:r] * scale_q).clamp_(min=0)
         mass = res.sum(dim=1, keepdim=True)
         ok = (mass > 0) & reach[:, None]
         rows = torch.where(ok, res / torch.where(mass > 0, mass, torch.ones_like(mass)), pre[:r])
@@ -132,7 +140,7 @@ def _advance(levels: list[torch.Tensor], Q: torch.Tensor, x: torch.Tensor, state
 
     def joint(rows: torch.Tensor) -> float:
         idx = torch.arange(tau + 1)
-        return float(torch.log(rows[idx, emitted]).sum())
+        return float(torch.log(rows[idx, emitted].to(torch.float64)).sum())
 
     out = []
     for m, mod in enumerate(pending):
@@ -162,7 +170,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
 
 def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
     """Algorithms 4 + 5: verdict of this step, carrying the modification state of the next ones."""
-    levels, Q = modified_targets(tree, state)
+    levels, Q = modified_targets(tree, state, exact=False)
     P, x = levels[-1], tree.tokens[1:]
     g = x.shape[0]
     tau, y = sample_from_weights(P, Q[:g], _log_joint_weights(P, Q[:g], x), generator)

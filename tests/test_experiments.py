@@ -1,0 +1,85 @@
+"""Experiment helpers: nested sub-trees are exact, paired summaries are right, settings parse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from specdec_lib import exact, experiments as E
+from specdec_lib.models.synthetic import random_markov_pair
+from specdec_lib.tree import chain_parents, parse_shape
+from specdec_lib.verifiers import expected_tokens
+
+
+@pytest.mark.parametrize("big, small, sampling", [
+    ("chain:3", "chain:2", "iid"),
+    ("batch:3x1", "batch:2x1", "without_replacement"),
+    ("batch:3x1", "batch:2x1", "iid"),
+    ("binary:3", "binary:2", "iid"),
+    ("parents:-1,0,0,1,2,1", "parents:-1,0,0,1", "without_replacement"),
+])
+def test_restricted_trees_have_the_law_of_the_smaller_shape(big, small, sampling):
+    """E over drafts of the big shape of E[tokens | restricted tree] == E over drafts of the small shape."""
+    target, draft = random_markov_pair(4, 0.6, seed=3, eos=False)
+    via_big = sum(p * expected_tokens("token", E.restrict_to_shape(t, small))
+                  for p, t in exact.enumerate_drafts(target, draft, (1,), parse_shape(big), sampling))
+    direct = exact.expected_step_tokens("token", target, draft, (1,), parse_shape(small), sampling)
+    assert via_big == pytest.approx(direct, abs=1e-12)
+
+
+def test_restrict_to_shape_rejects_a_shape_not_contained():
+    target, draft = random_markov_pair(4, 0.6, seed=3, eos=False)
+    _, tree = exact.enumerate_drafts(target, draft, (1,), parse_shape("chain:2"), "iid")[0]
+    with pytest.raises(ValueError, match="not contained"):
+        E.restrict_to_shape(tree, "batch:2x1")
+    assert E.truncate_chain(tree, 1).num_nodes == 2  # root + 1 drafted token
+    with pytest.raises(ValueError):
+        E.truncate_chain(tree, 3)
+    assert E.index_tuples([-1, 0, 0, 1]) == [(), (1,), (2,), (1, 1)]
+
+
+def test_paired_gain_and_summary():
+    rows = []
+    for p, scale in [("a", 1.0), ("b", 2.0), ("c", 3.0)]:
+        for s in range(4):
+            rows.append({"prompt_id": p, "category": "x", "step": s, "view": "v", "verifier": "base",
+                         "expected_tokens": scale})
+            rows.append({"prompt_id": p, "category": "x", "step": s, "view": "v", "verifier": "new",
+                         "expected_tokens": 1.1 * scale})
+    frame = pd.DataFrame(rows)
+    g = E.paired_gain(frame, "new", "base").iloc[0]
+    assert g["gain"] == pytest.approx(0.1) and g["ci_low"] == pytest.approx(0.1) and g["positive_prompts"] == 1
+    assert E.gain_verdict(g) == "reproduced"
+    s = E.summarize(frame, ["verifier"]).set_index("verifier")
+    assert s.loc["base", "mean"] == pytest.approx(2.0) and s.loc["base", "prompts"] == 3
+    point, lo, hi = E.bootstrap_ratio(np.array([1.0, 2.0]), np.array([1.0, 1.0]), n_boot=200)
+    assert point == 1.5 and 1.0 <= lo <= hi <= 2.0
+
+
+def test_settings_and_parse(monkeypatch):
+    monkeypatch.setenv("SPECDEC_PROFILE", "smoke")  # settings() sets it when unset; keep the test process clean
+    defaults = {"smoke": {"sizes": [2], "num_prompts": 1}}
+    cfg = E.settings("smoke", defaults, sizes="[4, 8]", num_prompts=None, temperatures="0.6,1.0")
+    assert cfg == {"sizes": [4, 8], "num_prompts": 1, "temperatures": [0.6, 1.0], "profile": "smoke"}
+    with pytest.raises(ValueError, match="unknown profile"):
+        E.settings("huge", defaults)
+    with pytest.raises(ValueError, match="no defaults"):
+        E.settings("default", defaults)
+
+
+def test_collect_trees_on_toy_pair_is_reproducible_and_paired():
+    pair = E.toy_pair(vocab_size=5, seed=1)
+    prompts = E.prompts_for(pair, 2, ["t"])
+    a = E.collect_trees(pair, prompts, "chain:3", "iid", 0.8, max_new_tokens=6, seed=2, progress=False)
+    b = E.collect_trees(pair, prompts, "chain:3", "iid", 0.8, max_new_tokens=6, seed=2, progress=False)
+    assert [r.tree.tokens.tolist() for r in a] == [r.tree.tokens.tolist() for r in b]
+    f = E.paired_expected_tokens(a, ["token", "block", "traversal", "erss"],
+                                 views={n: (lambda t, n=n: E.truncate_chain(t, n)) for n in (1, 3)})
+    assert set(f["verifier"]) == {"token", "block", "traversal"}  # erss needs race trees
+    one = f[f["view"] == 1].pivot_table(index=["prompt_id", "step"], columns="verifier", values="expected_tokens")
+    assert np.allclose(one["block"], one["token"])  # one drafted token: every chain verifier is the same
+    rows_p, rows_q = E.matched_rows(pair, prompts, 0.8, max_new_tokens=4, progress=False)
+    assert rows_p.shape == rows_q.shape == (8, 5)
+    assert torch.allclose(rows_p.sum(1), torch.ones(8, dtype=torch.float64))
