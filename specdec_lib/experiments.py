@@ -610,6 +610,28 @@ def fmt_gain(row: Mapping[str, Any]) -> str:
     return f"{g:+.2f}% [{lo:+.2f}, {hi:+.2f}]"
 
 
+def star_views(max_children: int) -> dict[int, Callable[[DraftTree], DraftTree]]:
+    """Views ``k -> the first k children of the root`` of a drafted star ``batch:Kx1`` (k = 1..K)."""
+    return {k: (lambda t, k=k: restrict_to_shape(t, [-1] + [0] * k)) for k in range(1, max_children + 1)}
+
+
+def positional_from_stars(frame, verifier: str) -> np.ndarray:
+    """Positional acceptance p_1..p_K (Sequoia Defs 3.1-3.2; ERSS's index distribution r) from drafted stars.
+
+    ``frame``: `paired_expected_tokens` of star trees with `star_views` (view = k). With k children the
+    exact expected tokens are 1 + P(one of the first k children is accepted), so p_k = G(k) - G(k-1),
+    averaged over the drafted stars (target-distributed contexts). Exact per star, no Monte Carlo.
+    """
+    part = frame[frame["verifier"] == verifier]
+    if part.empty:
+        raise ValueError(f"no star-tree rows for verifier {verifier!r}")
+    g = part.groupby("view")["expected_tokens"].mean().sort_index()
+    ks = list(g.index)
+    if ks != list(range(1, len(ks) + 1)):
+        raise ValueError("star views must be k = 1..K (use star_views)")
+    return np.diff(np.concatenate([[1.0], g.to_numpy()])).clip(min=0.0)
+
+
 def sampled_accepted_lengths(verifier: str, target, draft, prefix: Sequence[int], parents: Sequence[int],
                              sampling: str = "iid", n: int = 1000, seed: int = 0) -> np.ndarray:
     """Accepted draft tokens (tau) of ``n`` independent single steps on toy LMs: draw a tree
@@ -686,4 +708,4 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
            "collect_trees", "matched_rows", "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "applicable", "paired_expected_tokens",
-           "summarize", "bootstrap_ratio", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]
+           "summarize", "bootstrap_ratio", "star_views", "positional_from_stars", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier
-from .block import chain_inputs, chain_rows, check_chain, draw, log_block_weights
+from .base import Verdict, Verifier, sample_categorical
+from .block import chain_inputs, chain_rows, check_chain, log_block_weights
 
 
 def pn_parts(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor):
@@ -82,12 +82,12 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
     P, Q, x = chain_rows(tree)
     L = Q.shape[0]
     if L == 0:
-        return Verdict(path=(), token=draw(P[0], generator))
+        return Verdict(path=(), token=sample_categorical(P[0], generator))
     log_d, log_scale, rows = pn_parts(P, Q, x)
     row_mass = rows.sum(dim=1).to(torch.float64)
     mass = torch.where(row_mass > 0, torch.exp(log_scale) * row_mass, torch.zeros_like(row_mass))
-    j = draw(torch.cat([mass, torch.exp(log_d[L:L + 1])]), generator)
-    y = draw(P[L] if j == L else rows[j], generator)
+    j = sample_categorical(torch.cat([mass, torch.exp(log_d[L:L + 1])]), generator)
+    y = sample_categorical(P[L] if j == L else rows[j], generator)
     return Verdict(path=tuple(range(1, j + 1)), token=y)
 
 
