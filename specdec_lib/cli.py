@@ -88,8 +88,19 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    from . import benchmark  # H4's module; imported lazily so `reproduce` works without it
+    """``specdec bench ARGS``: `specdec_lib.benchmark.main(ARGS)` (imported lazily: `reproduce` never needs it)."""
+    import importlib
 
+    try:
+        benchmark = importlib.import_module("specdec_lib.benchmark")
+    except ModuleNotFoundError as exc:
+        if exc.name != "specdec_lib.benchmark":
+            raise
+        print("error: specdec_lib.benchmark is not available in this installation", file=sys.stderr)
+        return 2
+    if not callable(getattr(benchmark, "main", None)):
+        print("error: specdec_lib.benchmark has no main(argv) entry point", file=sys.stderr)
+        return 2
     return int(benchmark.main(argv) or 0)
 
 

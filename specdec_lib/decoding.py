@@ -237,8 +237,8 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     parents = resolve_shape(shape, acceptance_vector, temperature)
     max_depth = max(_depths(parents))
     prompt = _prompt_list(prompt_ids)
-    for lm in (target, draft):
-        _check_length(lm, prompt, 1)
+    for lm in (target, draft):  # the deepest tree node must fit behind the prompt
+        _check_length(lm, prompt, max(1, max_depth))
     eos = _resolve_eos(eos_token_id, ignore_eos, target)
     gen = torch.Generator().manual_seed(int(seed))
     tsess, dsess = target.session(prompt), draft.session(prompt)

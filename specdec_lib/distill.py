@@ -600,7 +600,7 @@ def acceptance_rate(student, eval_samples: Sequence[Sample], temperature: float 
 
 @torch.no_grad()
 def forward_time_ms(model, prefix_len: int = 100, repeats: int = 21, vocab: int | None = None,
-                    seed: int = 0) -> float:
+                    seed: int = 0, reduce: Callable = statistics.median) -> float:
     """Median wall time (ms) of a one-token forward after a prefix KV cache of ``prefix_len`` random
     tokens (a fresh copy of the prefix cache for every call, copied outside the timed region; CUDA is
     synchronised)."""
@@ -620,20 +620,27 @@ def forward_time_ms(model, prefix_len: int = 100, repeats: int = 21, vocab: int 
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return 1000.0 * statistics.median(times[2:])
+    return 1000.0 * reduce(times[2:])
 
 
 def measure_forward_times(draft, target, prefix_len: int = 100, repeats: int = 21, rounds: int = 3) -> dict:
     """Draft and target one-token forward medians (ms), measured in alternating rounds so that load from
     other processes hits both alike; ``ratio`` = draft / target."""
-    d, t = [], []
+    d, t, dmin, tmin = [], [], [], []
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for r in range(rounds):
         d.append(forward_time_ms(draft, prefix_len, repeats, seed=r))
         t.append(forward_time_ms(target, prefix_len, repeats, seed=r))
+        dmin.append(forward_time_ms(draft, prefix_len, repeats, seed=r, reduce=min))
+        tmin.append(forward_time_ms(target, prefix_len, repeats, seed=r, reduce=min))
     draft_ms, target_ms = statistics.median(d), statistics.median(t)
     return {"draft_ms": draft_ms, "target_ms": target_ms, "ratio": draft_ms / target_ms,
+            "draft_min_ms": min(dmin), "target_min_ms": min(tmin), "ratio_of_minima": min(dmin) / min(tmin),
             "prefix_len": prefix_len, "repeats": repeats * rounds,
-            "threads": torch.get_num_threads(), "device": str(draft.get_input_embeddings().weight.device)}
+            "threads": torch.get_num_threads(), "device": str(draft.get_input_embeddings().weight.device),
+            "load_average_1min": load_before,
+            "note": "medians (and minima) of one-token forwards; on a shared CPU the load inflates the draft's "
+                    "fixed per-call overhead more than the target's"}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -715,6 +722,7 @@ def export_draft(student, out_dir: Path | str, record: dict, dtype: str = "bfloa
     save_file(tensors, str(out / "layers.tmp"), metadata={"format": "pt", "base_model": record.get(
         "base_model", TARGET_NAME)})
     os.replace(out / "layers.tmp", out / LAYERS_FILE)
+    os.chmod(out / LAYERS_FILE, 0o644)
     full = {"num_hidden_layers": int(student.config.num_hidden_layers), "base_model": TARGET_NAME,
             "dtype": dtype}
     full.update(record)
@@ -1006,16 +1014,16 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
 
 
 def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 64,
-                   num_samples: int = 16, min_prob: float = 1e-6, seed: int = 0) -> dict | None:
+                   num_samples: int = 16, keep_top: int = 64, seed: int = 0) -> dict | None:
     """Sequoia's positional acceptance vector (children drawn without replacement) and ERSS's 0th-order
     accepted-index distribution r (exponential races), measured with `specdec_lib.theory`
     (``positional_acceptance`` / ``erss_index_distribution``, Monte Carlo with ``num_samples`` per row) on
     ``max_rows`` random held-out (target, draft) row pairs at T = 1.
 
-    To keep the Monte Carlo affordable on a CPU the rows are restricted to the tokens whose target or draft
-    probability exceeds ``min_prob`` in at least one chosen row, then renormalised; the dropped mass is
-    reported (``theory_dropped_mass``, the largest per row). Returns None when `specdec_lib.theory` lacks
-    these functions."""
+    To keep the Monte Carlo affordable on a CPU the rows are restricted to the union over the chosen rows of
+    each row's ``keep_top`` most likely target and draft tokens, then renormalised; the dropped mass is
+    reported (``theory_dropped_mass``: the largest per row, of p or q). Returns None when
+    `specdec_lib.theory` lacks these functions."""
     try:
         from . import theory
     except ImportError:
@@ -1035,7 +1043,10 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
     pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:max_rows]
     p, q = p[pick].double(), q[pick].double()
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    keep = ((p > min_prob) | (q > min_prob)).any(0)
+    keep = torch.zeros(p.shape[1], dtype=torch.bool)
+    top = min(keep_top, p.shape[1])
+    keep[p.topk(top, dim=-1).indices.reshape(-1)] = True
+    keep[q.topk(top, dim=-1).indices.reshape(-1)] = True
     dropped = float(torch.maximum(p[:, ~keep].sum(-1), q[:, ~keep].sum(-1)).max()) if bool((~keep).any()) else 0.0
     p, q = p[:, keep], q[:, keep]
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
@@ -1243,6 +1254,8 @@ def loss_curve_frame(record: dict, label: str = "draft"):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specdec_lib.distill``: a distillation run (`run_offline`) or, with ``--remeasure``,
+    a new measurement of the exported draft (`remeasure_export`)."""
     ap = argparse.ArgumentParser(prog="python -m specdec_lib.distill",
                                  description="Distil the offline draft smollm2-135m-draft from SmolLM2-135M-Instruct.")
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of this invocation")

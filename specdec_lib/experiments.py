@@ -610,26 +610,40 @@ def fmt_gain(row: Mapping[str, Any]) -> str:
     return f"{g:+.2f}% [{lo:+.2f}, {hi:+.2f}]"
 
 
-def star_views(max_children: int) -> dict[int, Callable[[DraftTree], DraftTree]]:
-    """Views ``k -> the first k children of the root`` of a drafted star ``batch:Kx1`` (k = 1..K)."""
-    return {k: (lambda t, k=k: restrict_to_shape(t, [-1] + [0] * k)) for k in range(1, max_children + 1)}
+def star_views(ks: Iterable[int]) -> dict[int, Callable[[DraftTree], DraftTree]]:
+    """Views ``k -> the first k children of the root`` of a drafted star ``batch:Kx1``."""
+    return {int(k): (lambda t, k=int(k): restrict_to_shape(t, [-1] + [0] * k)) for k in ks}
 
 
-def positional_from_stars(frame, verifier: str) -> np.ndarray:
-    """Positional acceptance p_1..p_K (Sequoia Defs 3.1-3.2; ERSS's index distribution r) from drafted stars.
+def star_index_law(records: Sequence[TreeRecord], verifier: str):
+    """Per drafted star (``batch:Kx1``): the exact probability that the verifier accepts the i-th child.
 
-    ``frame``: `paired_expected_tokens` of star trees with `star_views` (view = k). With k children the
-    exact expected tokens are 1 + P(one of the first k children is accepted), so p_k = G(k) - G(k-1),
-    averaged over the drafted stars (target-distributed contexts). Exact per star, no Monte Carlo.
+    For verifiers that try the children in order and stop at the first accepted one (token-level
+    recursive rejection sampling with or without replacement, ERSS races, top-k matching) this law does
+    not depend on how many children follow, so its mean over stars at target-distributed contexts is the
+    positional acceptance vector p_1..p_K (Sequoia Defs 3.1-3.2; ERSS's 0th-order index distribution r),
+    and 1 + p_1 + ... + p_k is the expected tokens of batch(k). Not for SpecTr (its rule depends on k).
+    Returns a DataFrame: prompt_id, category, step, p1..pK.
     """
-    part = frame[frame["verifier"] == verifier]
-    if part.empty:
-        raise ValueError(f"no star-tree rows for verifier {verifier!r}")
-    g = part.groupby("view")["expected_tokens"].mean().sort_index()
-    ks = list(g.index)
-    if ks != list(range(1, len(ks) + 1)):
-        raise ValueError("star views must be k = 1..K (use star_views)")
-    return np.diff(np.concatenate([[1.0], g.to_numpy()])).clip(min=0.0)
+    import pandas as pd
+
+    from .verifiers import exact_law
+
+    rows = []
+    for rec in records:
+        kids = rec.tree.children[0]
+        if len(kids) != rec.tree.num_nodes - 1:
+            raise ValueError("star_index_law needs star trees (batch:Kx1)")
+        law = exact_law(verifier, rec.tree)
+        rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
+                     **{f"p{i + 1}": float(law[c].sum()) for i, c in enumerate(kids)}})
+    return pd.DataFrame(rows)
+
+
+def positional_vector(index_law) -> np.ndarray:
+    """Mean of the p1..pK columns of `star_index_law` (the measured positional acceptance vector)."""
+    cols = [c for c in index_law.columns if c.startswith("p") and c[1:].isdigit()]
+    return index_law[sorted(cols, key=lambda c: int(c[1:]))].mean().to_numpy()
 
 
 def sampled_accepted_lengths(verifier: str, target, draft, prefix: Sequence[int], parents: Sequence[int],
@@ -708,4 +722,4 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
            "collect_trees", "matched_rows", "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "applicable", "paired_expected_tokens",
-           "summarize", "bootstrap_ratio", "star_views", "positional_from_stars", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]
+           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]

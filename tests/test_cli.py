@@ -69,3 +69,15 @@ def test_reproduce_subprocess_exit_status(tmp_path):
     assert bad.returncode == 1 and "01_x" in bad.stderr
     assert (tmp_path / "rep" / "failed" / "01_x.ipynb").exists()
     assert "failed" in (tmp_path / "rep" / "index.html").read_text()
+
+
+def test_bench_passes_arguments_through(monkeypatch):
+    import sys
+    import types
+
+    seen = {}
+    fake = types.ModuleType("specdec_lib.benchmark")
+    fake.main = lambda argv: seen.setdefault("argv", argv) and 0
+    monkeypatch.setitem(sys.modules, "specdec_lib.benchmark", fake)
+    assert cli.main(["bench", "--verifier", "block", "-n", "3"]) == 0
+    assert seen["argv"] == ["--verifier", "block", "-n", "3"]

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from types import SimpleNamespace
 
@@ -381,3 +382,43 @@ def test_lossless_harness_rejects_a_broken_verifier(e2e, monkeypatch):
     monkeypatch.setitem(VERIFIERS, "broken", broken)
     counts = _two_token_counts(t, d, prompt, law, "broken", "chain:2", "iid", E2E_SAMPLES, seed0=1000)
     assert chi_square_pvalue(counts, law) < E2E_ALPHA
+
+
+# ----- benchmark (smoke test: one prompt, a few tokens) -------------------------------------------------
+
+def test_benchmark_smoke(target, draft2, tmp_path):
+    from specdec_lib.benchmark import DEFAULT_METHODS, _parse_method, measure_acceptance_vector, run_benchmark
+    from specdec_lib.data import load_prompts
+
+    assert [_parse_method(m)["name"] for m in DEFAULT_METHODS] == list(DEFAULT_METHODS)
+    assert _parse_method("erss/kary:2x3")["sampling"] == "race"
+    with pytest.raises(ValueError, match="unknown method"):
+        _parse_method("fastest")
+    vector = measure_acceptance_vector(target, draft2, load_prompts("train")[:1], 1.0, max_children=3,
+                                       tokens_per_prompt=4)
+    assert len(vector) == 3 and all(v >= 0 for v in vector) and sum(vector) <= 1 + 1e-9
+    methods = ["autoregressive", "hf_assisted", "block/chain:2", "token/sequoia:6x3"]
+    out = tmp_path / "bench.json"
+    report = run_benchmark(load_prompts("heldout")[:1], 3, target, draft2, methods, temperature=1.0,
+                           acceptance_vector=[0.5, 0.2, 0.1], output=out, progress=False)
+    saved = json.loads(out.read_text())
+    assert list(saved["methods"]) == methods and saved["parameters"]["max_new_tokens"] == 3
+    assert {"machine", "versions", "parameters", "methods"} <= set(saved)
+    assert saved["versions"]["transformers"] and saved["machine"]["host"]
+    for name in methods:
+        median = saved["methods"][name]["median"]
+        assert median["tokens"] <= 3 and median["tokens_per_s"] > 0
+    assert len(saved["methods"]["token/sequoia:6x3"]["parents"]) == 6
+    assert report["methods"]["autoregressive"]["median"]["speedup_vs_autoregressive"] == 1.0
+
+
+def test_bench_main_autoregressive_only(tmp_path, capsys):
+    """The `specdec bench` entry point; autoregressive-only runs never load a draft."""
+    from specdec_lib import benchmark
+
+    out = tmp_path / "b.json"
+    assert benchmark.main(["--num-prompts", "1", "--max-new-tokens", "2", "--methods", "autoregressive",
+                           "--output", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["parameters"]["draft"] is None and saved["methods"]["autoregressive"]["median"]["tokens"] == 2
+    assert "autoregressive" in capsys.readouterr().out

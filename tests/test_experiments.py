@@ -83,3 +83,15 @@ def test_collect_trees_on_toy_pair_is_reproducible_and_paired():
     rows_p, rows_q = E.matched_rows(pair, prompts, 0.8, max_new_tokens=4, progress=False)
     assert rows_p.shape == rows_q.shape == (8, 5)
     assert torch.allclose(rows_p.sum(1), torch.ones(8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("sampling, verifier", [("without_replacement", "token"), ("iid", "token"), ("topk", "match")])
+def test_star_index_law_is_the_positional_acceptance(sampling, verifier):
+    """Averaged over drafts, the per-child acceptance of a K-star equals G(batch k) - G(batch k-1)."""
+    target, draft = random_markov_pair(4, 0.6, seed=5, eos=False)
+    drafts = exact.enumerate_drafts(target, draft, (2,), parse_shape("batch:3x1"), sampling)
+    law = E.star_index_law([E.TreeRecord("p", "c", 0, t, 0) for _, t in drafts], verifier)
+    p = (law[["p1", "p2", "p3"]].to_numpy() * np.array([w for w, _ in drafts])[:, None]).sum(0)
+    g = [exact.expected_step_tokens(verifier, target, draft, (2,), parse_shape(f"batch:{k}x1"), sampling)
+         for k in (1, 2, 3)]
+    assert np.allclose(np.cumsum(p), np.array(g) - 1, atol=1e-12)

@@ -125,7 +125,7 @@ def _max_error(verifier, shape, sampling):
 
 
 def test_broken_token_without_residual(monkeypatch):
-    monkeypatch.setattr(token, "rrs_residual", lambda residual, proposal: residual)
+    monkeypatch.setattr(token, "residual_step", lambda target, rho, proposal: (target, 1.0))
     assert _max_error("token", "figure1", "without_replacement") > BROKEN
     assert _max_error("token", "chain3", "iid") > BROKEN
 

@@ -190,6 +190,8 @@ class KVSession:
         if len(tokens) >= len(self.tree_tokens):
             self.tree_tokens, self.tree_parents = tokens, parents
         nodes = list(range(len(tokens))) if nodes is None else [int(i) for i in nodes]
+        if not nodes or not all(0 <= i < len(tokens) for i in nodes):
+            raise ValueError(f"nodes {nodes} must be a non-empty list of tree node indices < {len(tokens)}")
         depth = [0] * len(tokens)
         for i in range(1, len(tokens)):
             if not 0 <= parents[i] < i:

@@ -56,6 +56,35 @@ def draft_row(tree: DraftTree, node: int) -> torch.Tensor:
     return row / row.sum()
 
 
+class Row:
+    """A distribution kept as ``scale * vec`` with ``vec`` float64 and never modified in place.
+
+    Residual updates then cost one pass over the vocabulary and normalising is a scalar: this is
+    what keeps the verifiers fast at V ~ 5e4 (inputs are renormalised by their explicit sums, and
+    all arithmetic is float64, specs/traversal.md §2.8 #12).
+    """
+
+    __slots__ = ("vec", "scale")
+
+    def __init__(self, vec: torch.Tensor, scale: float):
+        self.vec = vec
+        self.scale = scale
+
+    @classmethod
+    def of(cls, row: torch.Tensor) -> "Row":
+        vec = row.to(torch.float64)
+        total = float(vec.sum())
+        if not total > 0.0:
+            raise ValueError("a distribution row has no mass")
+        return cls(vec, 1.0 / total)
+
+    def at(self, x: int) -> float:
+        return self.scale * float(self.vec[x])
+
+    def dense(self) -> torch.Tensor:
+        return self.vec * self.scale
+
+
 def proposal_rule(sampling: str) -> str:
     """Which proposal sequence D_1, D_2, ... the children of a node were drawn from."""
     if sampling == "iid":
@@ -67,73 +96,109 @@ def proposal_rule(sampling: str) -> str:
     raise ValueError(f"unknown sampling mode {sampling!r}")
 
 
+_EXHAUSTED = 1e-9  # remaining draft mass below this fraction is recomputed exactly
+
+
 class Proposal:
     """The distribution ``D_j`` that proposed the next child of one node (module docstring).
 
-    ``prob(x)`` is ``D_j[x]``, ``dist()`` the whole row ``D_j`` (float64 [V]) and ``drawn(x)`` moves to
-    ``D_{j+1}`` after child ``x`` was drawn (and rejected).
+    ``expect(x)`` announces the next child's token, ``prob(x)`` is ``D_j[x]`` and ``drawn(x)`` moves on
+    to ``D_{j+1}`` after child ``x`` was rejected. Without replacement, ``D_j`` is the draft row with
+    the drawn tokens zeroed (kept implicitly: the row itself is never copied), then uniform over the
+    tokens not drawn yet once the draft support is used up.
     """
 
     def __init__(self, tree: DraftTree, node: int, rule: str):
         self.rule = rule
         self.vocab = tree.vocab_size
         self.removed: list[int] = []
-        self._row = draft_row(tree, node) if rule != "point_mass" else None
-        self._next: int | None = None  # token of the next child, for point masses
+        self.next_token: int | None = None
+        self.uniform = False
+        self.vec: torch.Tensor | None = None
+        self.mass = 1.0
+        if rule != "point_mass":
+            self.vec = tree.draft_probs[node]
+            self.total = float(self.vec.sum(dtype=torch.float64))
+            if not self.total > 0.0:
+                raise ValueError(f"node {node} has children but its draft row has no mass")
+            self.mass = self.total  # draft mass of the tokens still drawable
 
     def expect(self, x: int) -> None:
-        """Announce the next child's token (only point-mass proposals depend on it)."""
-        self._next = x
+        self.next_token = x
 
     def prob(self, x: int) -> float:
         if self.rule == "point_mass":
-            return 1.0 if x == self._next else 0.0
-        return float(self._row[x])
-
-    def dist(self) -> torch.Tensor:
-        if self.rule == "point_mass":
-            d = torch.zeros(self.vocab, dtype=torch.float64)
-            d[self._next] = 1.0
-            return d
-        return self._row
+            return 1.0 if x == self.next_token else 0.0
+        if x in self.removed:
+            return 0.0
+        if self.uniform:
+            return 1.0 / (self.vocab - len(self.removed))
+        return float(self.vec[x]) / self.mass
 
     def drawn(self, x: int) -> None:
-        self.removed.append(x)
         if self.rule != "without_replacement":
             return
-        row = self._row.clone()
-        row[x] = 0.0
-        total = float(row.sum())
-        if total > 0.0:
-            self._row = row / total
+        self.removed.append(x)
+        if self.uniform:
             return
-        # Draft support used up: uniform over the tokens not drawn yet (Sequoia, specs/sequoia.md §2.6).
-        row = torch.ones(self.vocab, dtype=torch.float64)
-        row[self.removed] = 0.0
-        total = float(row.sum())
-        if total <= 0.0:
-            raise ValueError("a node has more children than there are tokens in the vocabulary")
-        self._row = row / total
+        self.mass -= float(self.vec[x])
+        if self.mass <= _EXHAUSTED * self.total:
+            rest = self.vec.to(torch.float64).clone()
+            rest[self.removed] = 0.0
+            self.mass = float(rest.sum())
+            # Draft support used up: uniform over the tokens not drawn yet (Sequoia §2.6).
+            self.uniform = self.mass <= 0.0
 
 
-def rrs_residual(residual: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
-    """norm(max(R - D, 0)). Zero mass means the rejection had probability 0; R is then kept
-    (the base.residual convention for measure-zero events)."""
-    r = (residual - proposal).clamp_min(0.0)
-    total = float(r.sum())
-    return r / total if total > 0.0 else residual
+def residual_step(target: Row, rho: float, proposal: Proposal) -> tuple[Row | None, float]:
+    """One rejection: returns ``norm([rho * R - D]_+)`` and its mass ``S = sum([rho * R - D]_+)``.
+
+    ``rho = 1`` is token-level RRS (R <- norm(max(R - D, 0))); ``rho < 1`` is Traversal's Eqs. (1)
+    and (3). ``D`` is the proposal *before* the rejected token is removed. Returns ``(None, 0.0)``
+    when the residual has no mass.
+    """
+    a = rho * target.scale  # rho * R == a * target.vec
+    if not a > 0.0:
+        return None, 0.0
+    if proposal.rule == "point_mass":
+        x = proposal.next_token
+        tx = float(target.vec[x])
+        wx = max(tx - 1.0 / a, 0.0)
+        w = target.vec.clone()
+        w[x] = wx
+        s = 1.0 / target.scale - tx + wx
+    else:
+        if proposal.uniform:
+            w = target.vec - 1.0 / (a * (proposal.vocab - len(proposal.removed)))
+        else:
+            w = torch.sub(target.vec, proposal.vec, alpha=1.0 / (a * proposal.mass))
+        if proposal.removed:  # D_j is 0 on the tokens drawn before
+            idx = torch.tensor(proposal.removed)
+            w[idx] = target.vec[idx]
+        w.clamp_(min=0.0)
+        s = float(w.sum())
+    if not s > 0.0:
+        return None, 0.0
+    return Row(w, 1.0 / s), a * s
 
 
 def _child_token(tree: DraftTree, child: int) -> int:
     return int(tree.tokens[child])
 
 
-def _accept_prob(residual: torch.Tensor, proposal: Proposal, x: int, child: int) -> float:
+def draw_prob(proposal: Proposal, x: int, child: int) -> float:
+    """D_j[x] for the child being tested; zero means the tree does not match its sampling mode."""
     d = proposal.prob(x)
     if d <= 0.0:
         raise ValueError(f"node {child}: token {x} has zero probability under the distribution it was "
                          f"drawn from; the tree does not match sampling rule {proposal.rule!r}")
-    return min(1.0, float(residual[x]) / d)
+    return d
+
+
+def _reject(target: Row, proposal: Proposal, x: int) -> Row:
+    new, _ = residual_step(target, 1.0, proposal)
+    proposal.drawn(x)
+    return new if new is not None else target  # no mass: the rejection had probability 0
 
 
 def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
@@ -142,20 +207,19 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
     kids = tree.children
     node, path = 0, []
     while True:
-        residual = target_row(tree, node)
+        target = Row.of(tree.target_probs[node])
         accepted = None
         if kids[node]:
             proposal = Proposal(tree, node, rule)
             for child in kids[node]:
                 x = _child_token(tree, child)
                 proposal.expect(x)
-                if uniform(generator) < _accept_prob(residual, proposal, x, child):
+                if uniform(generator) < min(1.0, target.at(x) / draw_prob(proposal, x, child)):
                     accepted = child
                     break
-                residual = rrs_residual(residual, proposal.dist())
-                proposal.drawn(x)
+                target = _reject(target, proposal, x)
         if accepted is None:
-            return Verdict(tuple(path), sample_categorical(residual, generator))
+            return Verdict(tuple(path), sample_categorical(target.vec, generator))
         path.append(accepted)
         node = accepted
 
@@ -170,21 +234,20 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     for node in range(n):  # parents precede children, so reach[node] is final here
         if reach[node] == 0.0:
             continue
-        residual = target_row(tree, node)
+        target = Row.of(tree.target_probs[node])
         survive = 1.0
         if tree.children[node]:
             proposal = Proposal(tree, node, rule)
             for child in tree.children[node]:
                 x = _child_token(tree, child)
                 proposal.expect(x)
-                a = _accept_prob(residual, proposal, x, child)
+                a = min(1.0, target.at(x) / draw_prob(proposal, x, child))
                 reach[child] = reach[node] * survive * a
                 survive *= 1.0 - a
                 if survive == 0.0:
                     break
-                residual = rrs_residual(residual, proposal.dist())
-                proposal.drawn(x)
-        out[node] = reach[node] * survive * residual
+                target = _reject(target, proposal, x)
+        out[node] = (reach[node] * survive * target.scale) * target.vec
     return out
 
 

@@ -42,7 +42,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, sample_categorical, uniform
-from .token import Proposal, check_consistent_draws, proposal_rule, target_row
+from .token import Proposal, Row, check_consistent_draws, draw_prob, proposal_rule, residual_step
 
 NAME = "traversal"
 
@@ -59,7 +59,7 @@ class _Node:
 
     node: int
     rho: float
-    target: torch.Tensor | None = None
+    target: Row | None = None
     proposal: Proposal | None = None
     next_child: int = 0
     dead: bool = False  # rho fell to 0 below the root: the node and its remaining subtree are rejected
@@ -71,39 +71,35 @@ class _Node:
     def open(cls, tree: DraftTree, node: int, rho: float, rule: str, weight: float = 0.0) -> "_Node":
         frame = cls(node, rho, weight=weight)
         if tree.children[node] and rho > 0.0:
-            frame.target = target_row(tree, node)
+            frame.target = Row.of(tree.target_probs[node])
             frame.proposal = Proposal(tree, node, rule)
         return frame
 
     def child_rate(self, x: int, child: int) -> float:
         """rho(child) = min(1, rho * Mb(x) / Ms(x)) from the current state."""
         self.proposal.expect(x)
-        d = self.proposal.prob(x)
-        if d <= 0.0:
-            raise ValueError(f"node {child}: token {x} has zero probability under the distribution it was "
-                             f"drawn from; the tree does not match sampling rule {self.proposal.rule!r}")
+        d = draw_prob(self.proposal, x, child)
         if self.rho <= 0.0:
             return 0.0
-        return min(1.0, self.rho * float(self.target[x]) / d)
+        return min(1.0, self.rho * self.target.at(x) / d)
 
     def reject_child(self, x: int) -> None:
         """Eqs. (1)-(3) after the subtree of the current child (token x) was rejected."""
-        r = (self.rho * self.target - self.proposal.dist()).clamp_min(0.0)
-        mass = float(r.sum())
+        new, mass = residual_step(self.target, self.rho, self.proposal)
         if self.node == 0:
             # rho(root) == S / (S + 0) == 1 exactly; S == 0 has probability 0 there (keep Mb).
-            if mass > 0.0:
-                self.target = r / mass
+            if new is not None:
+                self.target = new
         else:
             self.rho = sequence_rate(mass, self.rho)
-            if mass > 0.0 and self.rho > 0.0:
-                self.target = r / mass
+            if new is not None and self.rho > 0.0:
+                self.target = new
             else:
                 self.rho, self.dead = 0.0, True
         self.proposal.drawn(x)
 
-    def final_target(self, tree: DraftTree) -> torch.Tensor:
-        return self.target if self.target is not None else target_row(tree, self.node)
+    def final_target(self, tree: DraftTree) -> Row:
+        return self.target if self.target is not None else Row.of(tree.target_probs[self.node])
 
 
 def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
@@ -125,7 +121,7 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
             continue
         # Every child subtree was rejected: test the node itself.
         if not top.dead and uniform(generator) < top.rho:
-            return Verdict(tree.path_to(top.node), sample_categorical(top.final_target(tree), generator))
+            return Verdict(tree.path_to(top.node), sample_categorical(top.final_target(tree).vec, generator))
         stack.pop()
         if not stack:  # unreachable: the root ends with rho == 1
             raise RuntimeError("traversal verification rejected the root")
@@ -154,7 +150,8 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
         # P(subtree of top yields a path | visited) = 1 - survive * (1 - rho)
         rho = 0.0 if top.dead else top.rho
         if top.survive > 0.0 and rho > 0.0:
-            out[top.node] += (top.weight * top.survive * rho) * top.final_target(tree)
+            final = top.final_target(tree)
+            out[top.node] += (top.weight * top.survive * rho * final.scale) * final.vec
         stack.pop()
         if not stack:
             break

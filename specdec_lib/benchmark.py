@@ -1,0 +1,309 @@
+"""`specdec bench`: wall-clock tokens per second of the offline pair on held-out prompts.
+
+Methods (same target, same draft, same temperature / top-p, same prompts):
+
+* ``autoregressive``: `decoding.autoregressive_generate` (KV cache, one target forward per token);
+* ``hf_assisted``: HF ``generate(assistant_model=draft)`` (transformers' own assisted decoding with its
+  dynamic draft length; with sampling it applies its processors to the draft too);
+* ``<verifier>/chain:<k>``: ours, token and block verification on chains of 2, 4 and 6 drafted tokens;
+* ``token/sequoia:<n>x<d>``: ours, a small Sequoia DP tree (sampling without replacement, the token
+  verifier = Sequoia's), from the measured acceptance vector of the draft (``draft.json``, or measured
+  here on training prompts with `measure_acceptance_vector` when there is none).
+
+Per method: the median over prompts of tokens/s (generated tokens / wall seconds, prefill included),
+of tokens per target forward and of the draft / target / verify split. Results, with machine, versions
+and parameters, go to ``data/results/bench_<host>.json``. Timings synchronise CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .data import Prompt, load_prompts
+from .decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
+from .sampling import process_logits
+
+__all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector", "machine_info",
+           "default_output_path"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_ROOT / "data" / "results"
+DEFAULT_SEQUOIA = "sequoia:16x6"
+DEFAULT_METHODS = ("autoregressive", "hf_assisted", "token/chain:2", "token/chain:4", "token/chain:6",
+                   "block/chain:2", "block/chain:4", "block/chain:6", f"token/{DEFAULT_SEQUOIA}")
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_info(device=None) -> dict:
+    info = {"host": socket.gethostname(), "platform": platform.platform(), "processor": platform.processor(),
+            "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads()}
+    if device is not None and torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _versions() -> dict:
+    import transformers
+
+    from . import __version__
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "specdec_lib": __version__}
+
+
+def default_output_path(host: str | None = None) -> Path:
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in (host or socket.gethostname()))
+    return RESULTS_DIR / f"bench_{host}.json"
+
+
+@torch.no_grad()
+def measure_acceptance_vector(target, draft, prompts: Sequence[Prompt], temperature: float = 1.0,
+                              top_p: float = 1.0, max_children: int = 8, tokens_per_prompt: int = 32,
+                              seed: int = 0) -> list[float]:
+    """Sequoia's positional acceptance vector p_1..p_K (specs/sequoia.md §2.1) on target-sampled
+    continuations of ``prompts``: target / draft rows at every generated position, then
+    `theory.positional_acceptance` with sampling without replacement (Monte Carlo over rejected draws)."""
+    from .theory import positional_acceptance
+
+    p_rows, q_rows = [], []
+    for i, prompt in enumerate(prompts):
+        ids = target.encode(prompt.text)
+        out = autoregressive_generate(target, ids, temperature=temperature, top_p=top_p,
+                                      max_new_tokens=tokens_per_prompt, seed=seed + i, ignore_eos=True)
+        seq = ids.tolist() + out.tokens
+        n = len(out.tokens)
+        positions = slice(len(ids) - 1, len(ids) - 1 + n)
+        p_rows.append(process_logits(target.logits(seq)[positions], temperature, top_p).cpu())
+        q_rows.append(process_logits(draft.logits(seq)[positions], temperature, top_p, apply_top_p=False).cpu())
+    p, q = torch.cat(p_rows), torch.cat(q_rows)
+    if float(temperature) == 0.0:
+        scheme = "topk"
+    else:
+        scheme = "without_replacement"
+    vec = positional_acceptance(p, q, max_children, scheme, method="monte_carlo" if scheme != "topk" else "auto",
+                                num_samples=16, generator=torch.Generator().manual_seed(seed))
+    return [float(x) for x in vec]
+
+
+def _parse_method(name: str) -> dict:
+    """"autoregressive", "hf_assisted" or "<verifier>/<shape>[/<sampling>]"; the default sampling is
+    without replacement for Sequoia trees, races for erss and i.i.d. otherwise."""
+    if name in ("autoregressive", "hf_assisted"):
+        return {"name": name, "kind": name}
+    parts = name.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(f"unknown method {name!r}: use 'autoregressive', 'hf_assisted' or "
+                         f"'<verifier>/<shape>[/<sampling>]' such as 'block/chain:4' or 'token/sequoia:16x6'")
+    from .verifiers import get_verifier
+
+    verifier, shape = parts[0], parts[1]
+    get_verifier(verifier)
+    if len(parts) == 3:
+        sampling = parts[2]
+    elif shape.startswith("sequoia:"):
+        sampling = "without_replacement"
+    else:
+        sampling = "race" if verifier == "erss" else "iid"
+    return {"name": name, "kind": "ours", "verifier": verifier, "shape": shape, "sampling": sampling}
+
+
+def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos):
+    model = target.model
+    input_ids = ids[None].to(target.device)
+    kwargs = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft.model,
+                  max_new_tokens=max_new_tokens, pad_token_id=eos if eos is not None else 0, eos_token_id=eos)
+    if float(temperature) > 0:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p), top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    torch.manual_seed(seed)
+    _sync(target.device)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(**kwargs)
+    _sync(target.device)
+    seconds = time.perf_counter() - t0
+    return out[0, input_ids.shape[1]:].tolist(), seconds
+
+
+def _median(values):
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int = 128, target="smollm2-135m-instruct",
+                  draft="smollm2-135m-draft", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
+                  top_p: float = 1.0, seed: int = 0, acceptance_vector: Sequence[float] | None = None,
+                  device=None, dtype=None, output: Path | str | None = None, warmup: bool = True,
+                  progress: bool = True) -> dict:
+    """Run every method on every prompt; returns (and writes to ``output``, default
+    ``data/results/bench_<host>.json``; ``output=False`` writes nothing) the results dict.
+
+    ``target`` / ``draft``: names for `models.load_model` or loaded `LanguageModel` objects.
+    ``prompts``: default the project's held-out prompts.
+    """
+    from tqdm.auto import tqdm
+
+    from .models import load_model
+
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    specs = [_parse_method(m) for m in methods]
+    if not specs:
+        raise ValueError("no methods to benchmark")
+    needs_draft = any(s["kind"] != "autoregressive" for s in specs)
+    if isinstance(target, str):
+        target = load_model(target, device=device, dtype=dtype)
+    if isinstance(draft, str) and needs_draft:
+        if draft == "smollm2-135m-draft" and target.name == "smollm2-135m-instruct":
+            from .models.offline import load_draft
+
+            draft = load_draft(target)
+        else:
+            draft = load_model(draft, device=device, dtype=dtype)
+    prompts = list(load_prompts("heldout") if prompts is None else prompts)
+    if not prompts:
+        raise ValueError("no prompts to benchmark")
+    acceptance_source = None
+    if any(s["kind"] == "ours" and s["shape"].startswith("sequoia:") for s in specs) and acceptance_vector is None:
+        try:
+            acceptance_vector = measured_acceptance_vector(temperature)
+            acceptance_source = "draft.json"
+        except ValueError:
+            train = load_prompts("train")[:8]
+            acceptance_vector = measure_acceptance_vector(target, draft, train, temperature, top_p, seed=seed)
+            acceptance_source = f"measured here on {len(train)} training prompts"
+    elif acceptance_vector is not None:
+        acceptance_source = "given"
+    for spec in specs:  # resolve every shape once (Sequoia's DP runs here, not per prompt)
+        if spec["kind"] == "ours":
+            spec["parents"] = resolve_shape(spec["shape"], acceptance_vector, temperature)
+    eos = target.eos_token_id
+    encoded = [target.encode(p.text) for p in prompts]
+    if warmup:  # first calls pay for lazy initialisation; keep them out of the numbers
+        autoregressive_generate(target, encoded[0], temperature, top_p, 4, seed=seed)
+        if needs_draft:
+            speculative_generate(target, draft, encoded[0], "token", "chain:2", temperature=temperature,
+                                 top_p=top_p, max_new_tokens=4, seed=seed)
+    results: dict[str, dict] = {}
+    bar = tqdm(total=len(specs) * len(prompts), disable=not progress, desc="bench", leave=False)
+    for spec in specs:
+        rows = []
+        for prompt, ids in zip(prompts, encoded):
+            row = {"prompt": prompt.id}
+            if spec["kind"] == "autoregressive":
+                _sync(target.device)
+                t0 = time.perf_counter()
+                out = autoregressive_generate(target, ids, temperature, top_p, max_new_tokens, seed=seed)
+                _sync(target.device)
+                row.update(tokens=out.num_tokens, seconds=time.perf_counter() - t0, tokens_per_step=1.0)
+            elif spec["kind"] == "hf_assisted":
+                toks, seconds = _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos)
+                row.update(tokens=len(toks), seconds=seconds)
+            else:
+                _sync(target.device)
+                t0 = time.perf_counter()
+                out = speculative_generate(target, draft, ids, verifier=spec["verifier"], shape=spec["parents"],
+                                           sampling=spec["sampling"], temperature=temperature, top_p=top_p,
+                                           max_new_tokens=max_new_tokens, seed=seed)
+                _sync(target.device)
+                row.update(tokens=out.num_tokens, seconds=time.perf_counter() - t0,
+                           tokens_per_step=out.tokens_per_step,
+                           draft_s=sum(s.draft_s for s in out.steps), target_s=sum(s.target_s for s in out.steps),
+                           verify_s=sum(s.verify_s for s in out.steps), steps=len(out.steps),
+                           tree_size=out.settings["tree_size"])
+            row["tokens_per_s"] = row["tokens"] / row["seconds"] if row["seconds"] > 0 else float("nan")
+            rows.append(row)
+            bar.update(1)
+        summary = {k: _median([r[k] for r in rows]) for k in ("tokens_per_s", "tokens_per_step", "seconds", "tokens")
+                   if all(k in r for r in rows)}
+        for k in ("draft_s", "target_s", "verify_s"):
+            if all(k in r for r in rows):
+                total = [r["seconds"] for r in rows]
+                summary[k.replace("_s", "_fraction")] = _median([r[k] / t for r, t in zip(rows, total) if t > 0])
+        results[spec["name"]] = {**{k: v for k, v in spec.items() if k != "name"}, "median": summary,
+                                 "per_prompt": rows}
+    bar.close()
+    base = results.get("autoregressive", {}).get("median", {}).get("tokens_per_s")
+    if base:
+        for r in results.values():
+            r["median"]["speedup_vs_autoregressive"] = r["median"]["tokens_per_s"] / base
+    report = {
+        "machine": machine_info(target.device),
+        "versions": _versions(),
+        "parameters": {"target": target.name, "draft": draft.name if needs_draft else None, "device": str(target.device),
+                       "dtype": str(target.dtype).replace("torch.", ""), "prompts": [p.id for p in prompts],
+                       "max_new_tokens": int(max_new_tokens), "temperature": float(temperature),
+                       "top_p": float(top_p), "seed": int(seed), "methods": list(methods),
+                       "acceptance_vector": None if acceptance_vector is None else list(acceptance_vector),
+                       "acceptance_vector_source": acceptance_source},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "methods": results,
+    }
+    if output is not False:
+        path = Path(output) if output else default_output_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2))
+        report["output"] = str(path)
+    return report
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{'method':<24} {'tok/s':>8} {'speedup':>8} {'tok/step':>9}"]
+    for name, r in report["methods"].items():
+        m = r["median"]
+        lines.append(f"{name:<24} {m.get('tokens_per_s', float('nan')):8.2f} "
+                     f"{m.get('speedup_vs_autoregressive', float('nan')):8.2f} "
+                     f"{m.get('tokens_per_step', float('nan')):9.2f}")
+    return "\n".join(lines)
+
+
+def bench_main(argv: Sequence[str] | None = None) -> int:
+    """``specdec bench`` arguments -> run_benchmark; prints the table and the output path."""
+    ap = argparse.ArgumentParser(prog="specdec bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="smollm2-135m-instruct")
+    ap.add_argument("--draft", default="smollm2-135m-draft")
+    ap.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
+    ap.add_argument("--num-prompts", type=int, default=None, help="first N prompts of the split (default all)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names")
+    ap.add_argument("--acceptance-vector", default=None, help="comma-separated p_1..p_K for Sequoia trees")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--output", default=None, help="JSON path (default data/results/bench_<host>.json)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    prompts = load_prompts(args.split)
+    if args.num_prompts is not None:
+        prompts = prompts[: args.num_prompts]
+    vector = [float(x) for x in args.acceptance_vector.split(",")] if args.acceptance_vector else None
+    report = run_benchmark(prompts, args.max_new_tokens, args.target, args.draft,
+                           [m.strip() for m in args.methods.split(",") if m.strip()], args.temperature, args.top_p,
+                           args.seed, vector, args.device, args.dtype, args.output)
+    print(format_table(report))
+    print(f"written to {report['output']}")
+    return 0
+
+
+main = bench_main  # the entry point `specdec bench` calls (specdec_lib.cli)
+
+
+if __name__ == "__main__":
+    sys.exit(bench_main())
