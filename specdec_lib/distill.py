@@ -1204,8 +1204,8 @@ def run_profile(profile: str = "default", minutes: float | None = None, layers: 
         rec = distill(target, tmp, prompts[:32], prompts[32:], cfg, minutes or 0.25, export_dir=tmp / "export",
                       eos_token_id=None, progress=progress, echo=False)
         return {"profile": profile, "record": rec, "run_dir": str(tmp)}
-    cfg = DistillConfig(layers=layers, gen_batch=8, new_tokens=48, eval_prompts=8, eval_new_tokens=48,
-                        gen_minutes=0.6, train_minutes=0.8, timing_repeats=7)
+    cfg = DistillConfig(layers=layers, lr=1e-3, warmup_steps=5, batch_size=4, gen_batch=8, new_tokens=32,
+                        eval_prompts=6, eval_new_tokens=32, gen_minutes=0.3, train_minutes=1.0, timing_repeats=7)
     rec = run_offline(minutes or 2.0, layers=layers, resume=False, run_dir=tmp, export_dir=tmp / "export",
                       device=device, target_model=target_model, config=cfg, seeds=200, progress=progress,
                       echo=False)

@@ -6,15 +6,19 @@ calls ``draft_fn`` once for all internal nodes of depth d (so a real model runs 
 forward per level) and draws each node's children from its draft row:
 
 * ``iid``: i.i.d. draws with replacement (SpecInfer, naive sampling); duplicate siblings may occur.
-* ``without_replacement``: an ordered sample without replacement (Gumbel-top-k / exponential sort:
-  the first arrivals of ``E / q`` with ``E ~ Exp(1)^V``, specs/sequoia.md §2.5); when a node has more
-  children than the draft has support, the remaining children are uniform without replacement over
-  the tokens not drawn yet (Sequoia's fallback; `verifiers.token` verifies with the same rule).
+* ``without_replacement``: an ordered sample without replacement (Sequoia, GSS): successive draws
+  from ``q`` restricted to the tokens not drawn yet. This has the law of Gumbel-top-k / exponential
+  sort (specs/sequoia.md §2.5, which ``race`` below literally is) but needs one uniform per child
+  instead of V random numbers per node (inverse CDF on the cumulative sums, skipping the drawn
+  tokens' mass). When a node has more children than the draft has support, the remaining children
+  are uniform without replacement over the tokens not drawn yet (Sequoia's fallback;
+  `verifiers.token` and `verifiers.traversal` verify with the same rule).
 * ``topk``: the k most probable draft tokens, ties to the lower token id (deterministic).
 * ``race``: ERSS (specs/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
-  children = ``argsort(e / q)[:k]``; the times are stored in ``DraftTree.race`` for the verifier.
-  A race cannot draft a token of draft probability 0, so more children than the draft's support is
-  an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh race at a leaf.
+  children = ``argsort(e / q)[:k]`` (Gumbel-top-k); the times are stored in ``DraftTree.race`` for
+  the verifier. A race cannot draft a token of draft probability 0, so more children than the
+  draft's support is an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh
+  race at a leaf.
 
 Every random number comes from the ``generator`` passed in. Leaf draft rows are left at zero ("not
 computed"); the draft is never run on the last level.
@@ -60,9 +64,9 @@ def _check_rows(rows: torch.Tensor, nodes: list[int], vocab: int | None) -> None
         raise ValueError(f"draft_fn must return a [{len(nodes)}, V] tensor for nodes {nodes}, got {shape}")
     if vocab is not None and rows.shape[1] != vocab:
         raise ValueError(f"draft_fn returned vocabulary {rows.shape[1]}, earlier levels had {vocab}")
-    if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()):
+    sums = rows.sum(dim=1)  # a non-finite entry makes its row's sum non-finite
+    if not bool(torch.isfinite(sums).all()) or bool((rows.amin(dim=1) < 0).any()):
         raise ValueError(f"draft_fn returned rows with negative or non-finite entries for nodes {nodes}")
-    sums = rows.sum(dim=1, dtype=torch.float64)
     bad = (sums - 1.0).abs() > ROW_TOLERANCE
     if bool(bad.any()):
         r = int(bad.nonzero()[0])
@@ -70,45 +74,107 @@ def _check_rows(rows: torch.Tensor, nodes: list[int], vocab: int | None) -> None
                          f"(zero draft support cannot propose children)")
 
 
-def _exponentials(vocab: int, generator: torch.Generator) -> torch.Tensor:
-    return torch.empty(vocab, dtype=torch.float64).exponential_(1.0, generator=generator)
+_EXHAUSTED = 1e-12  # remaining draft mass below this fraction of the row: recount the support
+
+
+def _uniforms(count: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.rand(count, generator=generator, dtype=torch.float64)
+
+
+def _search(cdf: torch.Tensor, value: float) -> int:
+    """Smallest index i with cdf[i] > value (cdf non-decreasing; zero-probability tokens are flat)."""
+    i = int(torch.searchsorted(cdf, torch.tensor([value], dtype=cdf.dtype), right=True)[0])
+    return min(i, cdf.shape[0] - 1)
+
+
+def _last_positive(q: torch.Tensor) -> int:
+    return int((q > 0).nonzero()[-1])
+
+
+def _iid(q: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """k independent draws from q (inverse CDF: one uniform per child)."""
+    cdf = torch.cumsum(q.to(torch.float64), 0)
+    idx = torch.searchsorted(cdf, _uniforms(k, generator) * cdf[-1], right=True)
+    if bool((idx >= q.shape[0]).any()):  # u * total rounded up to total (probability ~1e-16)
+        idx = idx.clamp(max=_last_positive(q))
+    return idx
+
+
+def _without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """k successive draws from q restricted to the tokens not drawn yet (inverse CDF on the
+    cumulative sums with the drawn tokens' mass skipped: one uniform per child); once the draft
+    support is used up, the rest are uniform without replacement over the remaining tokens."""
+    q64 = q.to(torch.float64)
+    cdf = torch.cumsum(q64, 0)
+    total = float(cdf[-1])
+    chosen: list[int] = []
+    mass: dict[int, float] = {}
+    remaining = total
+    while len(chosen) < k:
+        if remaining <= _EXHAUSTED * total:
+            support = int((q64 > 0).sum())
+            if len(chosen) >= support:  # support used up: uniform over the tokens never drawn
+                unused = (q64 <= 0).nonzero().flatten()
+                pick = torch.randperm(unused.shape[0], generator=generator)[: k - len(chosen)]
+                return torch.cat([torch.tensor(chosen, dtype=torch.long), unused[pick]])
+            remaining = total - sum(mass.values())
+        u = float(_uniforms(1, generator)[0]) * remaining
+        # smallest i with cdf[i] - (mass drawn at indices <= i) > u, by fixed-point iteration
+        i = _search(cdf, u)
+        while True:
+            shift = sum(m for t, m in mass.items() if t <= i)
+            j = _search(cdf, u + shift)
+            if j == i:
+                break
+            i = j
+        if i in mass or float(q64[i]) <= 0.0:  # rounding at a boundary (probability ~1e-16): redraw
+            continue
+        chosen.append(i)
+        mass[i] = float(q64[i])
+        remaining -= mass[i]
+    return torch.tensor(chosen, dtype=torch.long)
+
+
+def _topk(q: torch.Tensor, k: int) -> torch.Tensor:
+    """The k most probable tokens, by decreasing probability, ties to the lower token id."""
+    values = torch.topk(q, k).values
+    threshold = float(values[-1])
+    above = (q > threshold).nonzero().flatten().tolist()
+    ties = (q == threshold).nonzero().flatten().tolist()[: k - len(above)]
+    qs = q.tolist() if q.shape[0] <= 64 else {t: float(q[t]) for t in above + ties}
+    return torch.tensor(sorted(above + ties, key=lambda t: (-qs[t], t)), dtype=torch.long)
 
 
 def _first_arrivals(race: torch.Tensor, q: torch.Tensor, count: int) -> torch.Tensor:
-    """The ``count`` smallest arrival times race / q (tokens with q == 0 never arrive)."""
-    arrival = torch.where(q > 0, race / q, torch.full_like(q, float("inf")))
-    return torch.topk(arrival, count, largest=False, sorted=True).indices
+    """The ``count`` smallest arrival times race / q (tokens with q == 0 arrive at +inf)."""
+    return torch.topk(race / q, count, largest=False, sorted=True).indices
 
 
 def draw_children(q: torch.Tensor, k: int, sampling: str, generator: torch.Generator,
-                  node: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  node: int = 0, race_out: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draw ``k`` ordered children from the draft row ``q`` (module docstring); returns the tokens
-    (LongTensor [k]) and, for ``race``, the node's arrival times (float64 [V])."""
-    q = q.to(torch.float64)
-    q = q / q.sum()
+    (LongTensor [k]) and, for ``race``, the node's arrival times (float64 [V], written into
+    ``race_out`` when given)."""
+    if sampling not in SAMPLING_MODES:
+        raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
     vocab = q.shape[0]
     if sampling == "iid":
-        return torch.multinomial(q, k, replacement=True, generator=generator), None
+        return _iid(q, k, generator), None
     if k > vocab:
         raise ValueError(f"node {node}: {k} distinct children cannot be drawn from {vocab} tokens "
                          f"(sampling={sampling!r})")
     if sampling == "topk":
-        return torch.sort(q, descending=True, stable=True).indices[:k], None
-    support = int((q > 0).sum())
-    race = _exponentials(vocab, generator)
-    if sampling == "race":
-        if k > support:
-            raise ValueError(f"node {node}: a race cannot draft {k} children from a draft with "
-                             f"{support} tokens of positive probability (q = 0 never arrives)")
-        return _first_arrivals(race, q, k), race
+        return _topk(q, k), None
     if sampling == "without_replacement":
-        first = _first_arrivals(race, q, min(k, support))
-        if k <= support:
-            return first, None
-        unused = (q <= 0).nonzero().flatten()  # the support is used up: uniform over the rest
-        pick = torch.randperm(unused.shape[0], generator=generator)[: k - support]
-        return torch.cat([first, unused[pick]]), None
-    raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+        return _without_replacement(q, k, generator), None
+    support = int((q > 0).sum())
+    if k > support:
+        raise ValueError(f"node {node}: a race cannot draft {k} children from a draft with "
+                         f"{support} tokens of positive probability (q = 0 never arrives)")
+    race = race_out if race_out is not None else torch.empty(vocab, dtype=torch.float64)
+    race.uniform_(generator=generator).log_().neg_()  # Exp(1) = -log U (3x faster than exponential_)
+    return _first_arrivals(race, q, k), race
 
 
 def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, sampling: str,
@@ -140,15 +206,14 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
         _check_rows(rows, nodes, None if draft_probs is None else draft_probs.shape[1])
         if draft_probs is None:
             draft_probs = torch.zeros(n, rows.shape[1], dtype=rows.dtype)
-            if sampling == "race":
+            if sampling == "race":  # leaf rows stay 1.0: ERSS draws a fresh race at a leaf
                 race = torch.ones(n, rows.shape[1], dtype=torch.float64)
         for node, row in zip(nodes, rows):
             kids = children[node]
-            toks, node_race = draw_children(row, len(kids), sampling, generator, node)
+            toks, _ = draw_children(row, len(kids), sampling, generator, node,
+                                    race_out=race[node] if race is not None else None)
             tokens[kids] = toks
             draft_probs[node] = row
-            if node_race is not None:
-                race[node] = node_race
     if draft_probs is None:  # a root-only tree: one draft call, only to learn the vocabulary
         rows = draft_fn(tokens.clone(), list(parents), [0])
         _check_rows(rows, [0], None)

@@ -295,7 +295,7 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
     records: list[TreeRecord] = []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         iterator = tqdm(list(iterator), desc=f"drafting {shape if isinstance(shape, str) else 'tree'} "
                                              f"{sampling} T={temperature}", leave=False)
@@ -363,7 +363,7 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
     P, Q = [], []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         iterator = tqdm(list(iterator), desc=f"matched rows T={temperature}", leave=False)
     for k, prompt in iterator:
@@ -492,7 +492,7 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     rows = []
     iterator: Iterable[TreeRecord] = records
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         iterator = tqdm(records, desc="exact expected tokens", leave=False)
     for rec in iterator:
@@ -690,7 +690,7 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
     rows = []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         iterator = tqdm(list(iterator), desc=f"timing {verifier or 'autoregressive'} {shape or ''} T={temperature}",
                         leave=False)

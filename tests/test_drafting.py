@@ -64,6 +64,8 @@ def test_uniform_fallback_once_the_support_is_used_up():
         thirds[kids[2]] += 1
         fourths[(kids[2], kids[3])] += 1
     assert _chi2(thirds, {2: 1 / 3, 3: 1 / 3, 4: 1 / 3}) > P_VALUE
+    everything = draw_children(q, 5, "without_replacement", gen)[0].tolist()
+    assert sorted(everything) == [0, 1, 2, 3, 4] and set(everything[:2]) == {0, 1}
     assert _chi2(fourths, {(a, b): 1 / 6 for a in (2, 3, 4) for b in (2, 3, 4) if a != b}) > P_VALUE
 
 

@@ -147,6 +147,11 @@ def test_draft_round_trip_and_missing_draft(target, tmp_path):
     if not (offline.DRAFT_DIR / offline.DRAFT_LAYERS_FILE).is_file():
         with pytest.raises(ValueError, match="not there yet"):
             load_model("smollm2-135m-draft")
+    else:  # the committed draft loads in the contract format
+        committed = offline.load_draft(target)
+        assert committed.name == offline.DRAFT_NAME and committed.vocab_size == target.vocab_size
+        assert committed.model.model.embed_tokens.weight is target.model.model.embed_tokens.weight
+        assert committed.model.config.num_hidden_layers == offline.draft_record()["num_hidden_layers"]
 
 
 def test_load_local_directory_offline(target, tmp_path, monkeypatch):

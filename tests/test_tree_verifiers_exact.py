@@ -202,8 +202,8 @@ def _chi2(counts, law):
     return float(chisquare(obs, exp).pvalue)
 
 
-def _random_tree(sampling, parents, vocab=4, seed=3):
-    target, draft = random_markov_pair(vocab, 0.8, seed=seed, eos=False)
+def _random_tree(sampling, parents, vocab=4, seed=3, zero_prob=0.0):
+    target, draft = random_markov_pair(vocab, 0.8, seed=seed, eos=False, zero_prob=zero_prob)
     prefix = (1,)
     return draw_tree(list(parents), prefix[-1], context_draft_fn(draft.probs, prefix), sampling,
                      torch.Generator().manual_seed(seed), context_target_fn(target.probs, prefix))
@@ -216,6 +216,19 @@ def _random_tree(sampling, parents, vocab=4, seed=3):
 ])
 def test_sampler_matches_exact_law_on_a_fixed_tree(verifier, sampling):
     tree = _random_tree(sampling, binary(3) + [3, 3])
+    _sampler_vs_law(verifier, tree)
+
+
+@pytest.mark.parametrize("verifier", ["token", "traversal"])
+def test_sampler_matches_exact_law_with_the_uniform_fallback(verifier):
+    # draft rows with zeros and three children per node: the draft support runs out
+    tree = _random_tree("without_replacement", [-1, 0, 0, 0, 1, 1, 1], vocab=4, seed=2, zero_prob=0.6)
+    supports = (tree.draft_probs[:2] > 0).sum(1).tolist()
+    assert min(supports) < 3
+    _sampler_vs_law(verifier, tree)
+
+
+def _sampler_vs_law(verifier, tree):
     law = exact_law(verifier, tree)
     cells = {(i, y): float(law[i, y]) for i, y in torch.nonzero(law > 0).tolist()}
     gen = torch.Generator().manual_seed(17)
@@ -324,6 +337,12 @@ def test_token_on_a_chain_is_leviathan():
 
 
 # ----- checks, registry, reproducibility -------------------------------------------------------
+def test_token_on_topk_trees_is_match():
+    for seed in range(3):
+        tree = _random_tree("topk", binary(4), vocab=6, seed=seed)
+        assert torch.allclose(exact_law("token", tree), exact_law("match", tree), atol=1e-12, rtol=0)
+
+
 def test_registry_has_the_tree_verifiers():
     for name in ("token", "traversal", "erss", "spectr", "match"):
         assert VERIFIERS[name].name == name and VERIFIERS[name].law is not None
@@ -384,3 +403,33 @@ def test_laws_are_distributions_on_larger_trees(sampling):
         assert bool((law >= 0).all())
         assert float(law.sum()) == pytest.approx(1.0, abs=1e-12)
         assert 1.0 <= expected_tokens(name, tree) <= tree.depth
+
+
+# ----- float32 model rows (verified in their own precision, see token.Row) ------------------------
+def _as_float32(tree):
+    return DraftTree(tree.tokens, tree.parents, tree.draft_probs.float(), tree.target_probs.float(),
+                     tree.sampling, tree.race)
+
+
+@pytest.mark.parametrize("name, sampling", [("token", "iid"), ("token", "without_replacement"),
+                                            ("traversal", "iid"), ("traversal", "without_replacement"),
+                                            ("traversal", "topk"), ("spectr", "iid"), ("match", "iid"),
+                                            ("erss", "race")])
+def test_float32_rows_give_the_float64_law(name, sampling):
+    tree = _random_tree(sampling, binary(4), vocab=40, seed=6)
+    assert torch.allclose(exact_law(name, _as_float32(tree)), exact_law(name, tree), atol=2e-6, rtol=0)
+
+
+def test_vanishing_rates_on_float32_rows():
+    # rho shrinks like (1e-30 / 0.5)^depth: 1 / (rho * R) overflows float32, the two-pass form is used
+    p = torch.tensor([1e-30, 0.3, 0.3, 0.4], dtype=torch.float64)
+    q = torch.tensor([0.5, 0.2, 0.2, 0.1], dtype=torch.float64)
+    n = 6
+    tree = DraftTree(torch.zeros(n, dtype=torch.long), torch.tensor(chain_parents(n - 1)),
+                     q.repeat(n, 1), p.repeat(n, 1), "iid")
+    for name in ("token", "traversal"):
+        law64 = exact_law(name, tree)
+        law32 = exact_law(name, _as_float32(tree))
+        assert float(law32.sum()) == pytest.approx(1.0, abs=1e-6)
+        assert torch.allclose(law32, law64, atol=1e-6, rtol=0)
+        verify(name, _as_float32(tree), torch.Generator().manual_seed(0))

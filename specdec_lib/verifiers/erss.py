@@ -36,14 +36,14 @@ _ORDER_RTOL = 1e-9
 
 
 def verification_row(tree: DraftTree, node: int) -> torch.Tensor:
-    """The distribution whose race winner is emitted at ``node``: the target row (float64)."""
-    return target_row(tree, node)
+    """The distribution whose race winner is emitted at ``node``: the target row (unnormalised is
+    fine: the argmin of race / p does not depend on p's scale)."""
+    return tree.target_probs[node]
 
 
 def race_winner(race: torch.Tensor, probs: torch.Tensor) -> int:
-    """argmin_i race[i] / probs[i] (tokens with probability 0 never arrive)."""
-    arrival = torch.where(probs > 0, race.to(torch.float64) / probs, torch.full_like(probs, float("inf")))
-    return int(torch.argmin(arrival))
+    """argmin_i race[i] / probs[i] (race > 0, so tokens with probability 0 arrive at +inf)."""
+    return int(torch.argmin(race / probs))
 
 
 def _walk(tree: DraftTree):
@@ -73,7 +73,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
     path, node, x = _walk(tree)
     if x is None:
-        out[node] = verification_row(tree, node)
+        out[node] = target_row(tree, node)
     else:
         out[node, x] = 1.0
     return out
@@ -84,23 +84,19 @@ def check(tree: DraftTree) -> None:
     if tree.sampling != "race" or tree.race is None:
         raise ValueError(f"verifier 'erss' needs a tree drafted by exponential races (sampling='race' with "
                          f"the race times); got sampling={tree.sampling!r}")
-    internal = [i for i, kids in enumerate(tree.children) if kids]
-    if not internal:
-        return
-    q = tree.draft_probs[internal].to(torch.float64)
-    arrival = torch.where(q > 0, tree.race[internal].to(torch.float64) / q, torch.full_like(q, float("inf")))
     tokens = tree.tokens
-    for row, node in enumerate(internal):
-        kids = tree.children[node]
-        times = arrival[row, tokens[kids]]
+    for node, kids in enumerate(tree.children):
+        if not kids:
+            continue
+        arrival = tree.race[node] / tree.draft_probs[node]  # q == 0: never arrives (+inf)
+        times = arrival[tokens[kids]]
         if not bool(torch.isfinite(times).all()):
             raise ValueError(f"verifier 'erss': a child of node {node} has draft probability 0, so it "
                              f"cannot have arrived in the draft race")
         if len(kids) > 1 and bool((times[1:] < times[:-1] * (1 - _ORDER_RTOL)).any()):
             raise ValueError(f"verifier 'erss': the children of node {node} are not in race arrival order")
-        others = arrival[row].clone()
-        others[tokens[kids]] = float("inf")
-        if float(others.min()) < float(times.max()) * (1 - _ORDER_RTOL):
+        arrival[tokens[kids]] = float("inf")
+        if float(arrival.min()) < float(times.max()) * (1 - _ORDER_RTOL):
             raise ValueError(f"verifier 'erss': the children of node {node} are not the first "
                              f"{len(kids)} arrivals of its race under the draft")
 

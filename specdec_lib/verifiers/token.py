@@ -56,12 +56,20 @@ def draft_row(tree: DraftTree, node: int) -> torch.Tensor:
     return row / row.sum()
 
 
+def working_precision(row: torch.Tensor) -> torch.Tensor:
+    """``row`` itself if it is float32 / float64, else up-cast to float32 (fp16 / bf16 model rows)."""
+    return row if row.dtype in (torch.float32, torch.float64) else row.to(torch.float32)
+
+
 class Row:
-    """A distribution kept as ``scale * vec`` with ``vec`` float64 and never modified in place.
+    """A distribution kept as ``scale * vec``; ``vec`` is never modified in place.
 
     Residual updates then cost one pass over the vocabulary and normalising is a scalar: this is
-    what keeps the verifiers fast at V ~ 5e4 (inputs are renormalised by their explicit sums, and
-    all arithmetic is float64, specs/traversal.md §2.8 #12).
+    what keeps the verifiers fast at V ~ 5e4. Rows are renormalised by their explicit sums
+    (specs/traversal.md §2.8 #12) and every scalar (ratios, rates, masses) is a Python float64.
+    Vector arithmetic runs in the rows' own precision: float64 rows (every exactness test) are
+    verified entirely in float64; float32 model rows are not up-cast, since converting 49k-entry rows
+    at every visited node dominated the run time, and their rounding is already ~1e-7.
     """
 
     __slots__ = ("vec", "scale")
@@ -72,7 +80,7 @@ class Row:
 
     @classmethod
     def of(cls, row: torch.Tensor) -> "Row":
-        vec = row.to(torch.float64)
+        vec = working_precision(row)
         total = float(vec.sum())
         if not total > 0.0:
             raise ValueError("a distribution row has no mass")
@@ -82,7 +90,7 @@ class Row:
         return self.scale * float(self.vec[x])
 
     def dense(self) -> torch.Tensor:
-        return self.vec * self.scale
+        return self.vec.to(torch.float64) * self.scale
 
 
 def proposal_rule(sampling: str) -> str:
@@ -97,6 +105,7 @@ def proposal_rule(sampling: str) -> str:
 
 
 _EXHAUSTED = 1e-9  # remaining draft mass below this fraction is recomputed exactly
+_ALPHA_LIMIT = 1e30  # largest scalar multiplier used on a float32 row
 
 
 class Proposal:
@@ -117,8 +126,8 @@ class Proposal:
         self.vec: torch.Tensor | None = None
         self.mass = 1.0
         if rule != "point_mass":
-            self.vec = tree.draft_probs[node]
-            self.total = float(self.vec.sum(dtype=torch.float64))
+            self.vec = working_precision(tree.draft_probs[node])
+            self.total = float(self.vec.sum())
             if not self.total > 0.0:
                 raise ValueError(f"node {node} has children but its draft row has no mass")
             self.mass = self.total  # draft mass of the tokens still drawable
@@ -168,15 +177,20 @@ def residual_step(target: Row, rho: float, proposal: Proposal) -> tuple[Row | No
         w[x] = wx
         s = 1.0 / target.scale - tx + wx
     else:
-        if proposal.uniform:
-            w = target.vec - 1.0 / (a * (proposal.vocab - len(proposal.removed)))
+        # r = rho * R - D = factor * w with one pass over V (alpha form), or two when 1/a would
+        # overflow the rows' precision (tiny rho * R).
+        d_scale = 1.0 / (proposal.vocab - len(proposal.removed)) if proposal.uniform else 1.0 / proposal.mass
+        if d_scale / a < _ALPHA_LIMIT:
+            factor, t_vec, beta = a, target.vec, d_scale / a
         else:
-            w = torch.sub(target.vec, proposal.vec, alpha=1.0 / (a * proposal.mass))
+            factor, t_vec, beta = 1.0, target.vec * a, d_scale
+        w = (t_vec - beta) if proposal.uniform else torch.sub(t_vec, proposal.vec, alpha=beta)
         if proposal.removed:  # D_j is 0 on the tokens drawn before
             idx = torch.tensor(proposal.removed)
-            w[idx] = target.vec[idx]
+            w[idx] = target.vec[idx] * (a / factor)
         w.clamp_(min=0.0)
         s = float(w.sum())
+        a = factor
     if not s > 0.0:
         return None, 0.0
     return Row(w, 1.0 / s), a * s
@@ -247,7 +261,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
                 if survive == 0.0:
                     break
                 target = _reject(target, proposal, x)
-        out[node] = (reach[node] * survive * target.scale) * target.vec
+        out[node] = (reach[node] * survive) * target.dense()
     return out
 
 

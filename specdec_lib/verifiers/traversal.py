@@ -150,8 +150,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
         # P(subtree of top yields a path | visited) = 1 - survive * (1 - rho)
         rho = 0.0 if top.dead else top.rho
         if top.survive > 0.0 and rho > 0.0:
-            final = top.final_target(tree)
-            out[top.node] += (top.weight * top.survive * rho * final.scale) * final.vec
+            out[top.node] += (top.weight * top.survive * rho) * top.final_target(tree).dense()
         stack.pop()
         if not stack:
             break
