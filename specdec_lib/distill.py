@@ -1013,7 +1013,7 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
 # the offline pair, profiles, CLI
 
 
-def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 64,
+def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 128,
                    num_samples: int = 16, keep_top: int = 64, seed: int = 0) -> dict | None:
     """Sequoia's positional acceptance vector (children drawn without replacement) and ERSS's 0th-order
     accepted-index distribution r (exponential races), measured with `specdec_lib.theory`

@@ -24,7 +24,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
