@@ -1013,17 +1013,17 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
 # the offline pair, profiles, CLI
 
 
-def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 128,
-                   num_samples: int = 16, keep_top: int = 64, seed: int = 0) -> dict | None:
+def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 64,
+                   num_samples: int = 8, keep_top: int | None = None, seed: int = 0) -> dict | None:
     """Sequoia's positional acceptance vector (children drawn without replacement) and ERSS's 0th-order
     accepted-index distribution r (exponential races), measured with `specdec_lib.theory`
     (``positional_acceptance`` / ``erss_index_distribution``, Monte Carlo with ``num_samples`` per row) on
     ``max_rows`` random held-out (target, draft) row pairs at T = 1.
 
-    To keep the Monte Carlo affordable on a CPU the rows are restricted to the union over the chosen rows of
-    each row's ``keep_top`` most likely target and draft tokens, then renormalised; the dropped mass is
-    reported (``theory_dropped_mass``: the largest per row, of p or q). Returns None when
-    `specdec_lib.theory` lacks these functions."""
+    With ``keep_top`` the rows are restricted to the union over the chosen rows of each row's ``keep_top``
+    most likely target and draft tokens and renormalised (cheaper; the dropped mass is reported as
+    ``theory_dropped_mass``, the largest per row of p or q: a poorly trained draft is flat, so the default
+    keeps the whole vocabulary). Returns None when `specdec_lib.theory` lacks these functions."""
     try:
         from . import theory
     except ImportError:
@@ -1043,10 +1043,11 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
     pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:max_rows]
     p, q = p[pick].double(), q[pick].double()
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    keep = torch.zeros(p.shape[1], dtype=torch.bool)
-    top = min(keep_top, p.shape[1])
-    keep[p.topk(top, dim=-1).indices.reshape(-1)] = True
-    keep[q.topk(top, dim=-1).indices.reshape(-1)] = True
+    keep = torch.ones(p.shape[1], dtype=torch.bool)
+    if keep_top is not None and keep_top < p.shape[1]:
+        keep[:] = False
+        keep[p.topk(keep_top, dim=-1).indices.reshape(-1)] = True
+        keep[q.topk(keep_top, dim=-1).indices.reshape(-1)] = True
     dropped = float(torch.maximum(p[:, ~keep].sum(-1), q[:, ~keep].sum(-1)).max()) if bool((~keep).any()) else 0.0
     p, q = p[:, keep], q[:, keep]
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)

@@ -64,7 +64,7 @@ CASES = {
     "internal draft negative": (dict(draft=rows(3, **{"0": [-0.1, 0.3, 0.4, 0.4]})), "negative entries"),
     "internal draft inf": (dict(draft=rows(3, **{"0": [float("inf"), 0, 0, 0]})), "non-finite"),
     "leaf draft row sum": (dict(draft=rows(3, **{"2": [0.5, 0, 0, 0]})), "leaf draft_probs row sums"),
-    "leaf draft negative": (dict(draft=rows(3, **{"2": [-0.5, 1.5, 0, 0]})), "finite and non-negative"),
+    "leaf draft negative": (dict(draft=rows(3, **{"2": [-0.5, 1.5, 0, 0]})), "leaf draft_probs row has negative entries"),
     "zero draft prob iid": (dict(draft=rows(3, **{"0": [0.5, 0, 0.5, 0]})), "draft probability 0"),
     "duplicate siblings wr": (dict(tokens=(0, 2, 2), parents=(-1, 0, 0), sampling="without_replacement"),
                               "duplicate sibling tokens"),
