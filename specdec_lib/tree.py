@@ -163,7 +163,9 @@ def _check_rows(name: str, rows: torch.Tensor, selected: torch.Tensor, allow_all
         return
     index = torch.nonzero(selected).flatten()
     # Two vectorised passes: a NaN/inf entry makes its row sum non-finite; the row minimum finds
-    # negative entries. (Float32 row sums over 49k entries are accurate to ~1e-6 < tolerance.)
+    # negative entries. Summation error is ~1e-6 for 49k float32 entries, but a float32 softmax over
+    # 49k peaked logits can itself miss 1 by ~1e-5: build rows in float64 (as
+    # `sampling.process_logits` does) when they must pass this check.
     sums = sub.sum(dim=1).to(torch.float64)
     problems = (
         (~torch.isfinite(sums), "has non-finite entries"),

@@ -32,9 +32,12 @@ def random_tree(vocab_size: int, parents: Sequence[int], generator: torch.Genera
     """A tree of shape ``parents`` with random float32 rows; children drawn iid from their
     parent's draft row (``sampling`` is recorded as given: use "iid" for chains and trees)."""
     n = len(parents)
-    logits = 3.0 * torch.randn(n, vocab_size, generator=generator)
-    target = torch.softmax(logits, dim=1)
-    draft = torch.softmax(logits + noise * torch.randn(n, vocab_size, generator=generator), dim=1)
+    logits = 3.0 * torch.randn(n, vocab_size, generator=generator, dtype=torch.float64)
+    # softmax in float64, then float32 rows: a float32 softmax over 49k peaked logits can miss a
+    # total of 1 by more than DraftTree's 1e-5 tolerance (as `sampling.process_logits` notes)
+    target = torch.softmax(logits, dim=1).float()
+    noisy = logits + noise * torch.randn(n, vocab_size, generator=generator, dtype=torch.float64)
+    draft = torch.softmax(noisy, dim=1).float()
     tokens = [0] * n
     tokens[0] = int(torch.randint(vocab_size, (1,), generator=generator))
     for i in range(1, n):

@@ -419,3 +419,44 @@ def test_toy_language_models():
         random_markov_pair(3, 1.5, 0)
     with pytest.raises(ValueError, match="temperature"):
         tempered(target, -1.0)
+
+
+# ----- an observed identity: ASpS and block verification have the same law on every chain --------
+
+def _random_chain(gen, vocab, gamma, sparse):
+    """A chain with random draft/target rows (some zero entries when ``sparse``) and a drafted token
+    sampled from each draft row."""
+    def rows(n):
+        r = torch.rand(n, vocab, generator=gen, dtype=torch.float64) ** 3
+        if sparse:
+            r = r * (torch.rand(n, vocab, generator=gen) > 0.3)
+            r[r.sum(1) == 0, 0] = 1.0
+        return r / r.sum(1, keepdim=True)
+    q, p = rows(gamma), rows(gamma + 1)
+    x = torch.multinomial(q, 1, generator=gen).flatten()
+    return DraftTree(torch.cat([torch.tensor([0]), x]), torch.tensor(chain_parents(gamma)),
+                     torch.cat([q, torch.zeros(1, vocab, dtype=torch.float64)]), p)
+
+
+def test_asps_and_block_have_the_same_law_on_every_chain():
+    """Observed identity, not a claim of either paper: given ANY drafted chain, ASpS (Hu & Huang,
+    Algorithm 1; also checked against an exact-fraction re-implementation in test_asps_fixtures.py)
+    and block verification (Sun et al., Algorithm 2) give the same law of (accepted prefix, extra
+    token), observed to agree within about 1e-15 (asserted < 1e-14) on random rows with V = 3..6 and
+    gamma = 1..5 (dense and sparse rows).
+    The papers only compare them in expectation (ASpS Thm 5.6 vs token, Block Thm 2: block is optimal).
+    Control: token verification differs from both on some of the same chains with gamma >= 2, so this
+    comparison can fail."""
+    gen = torch.Generator().manual_seed(2024)
+    worst, token_differs = 0.0, 0
+    for vocab in range(3, 7):
+        for gamma in range(1, 6):
+            for rep in range(12):
+                tree = _random_chain(gen, vocab, gamma, sparse=rep % 2 == 1)
+                a, b = exact_law("asps", tree), exact_law("block", tree)
+                assert abs(float(a.sum()) - 1.0) < 1e-12
+                worst = max(worst, float((a - b).abs().max()))
+                if gamma >= 2:
+                    token_differs += float((exact_law("token", tree) - b).abs().max()) > 1e-6
+    assert worst < 1e-14, worst
+    assert token_differs > 0
