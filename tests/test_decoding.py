@@ -22,24 +22,10 @@ import torch
 from specdec_lib import decoding
 from specdec_lib.decoding import autoregressive_generate, resolve_shape, speculative_generate
 from specdec_lib.exact import chi_square_pvalue
-from specdec_lib.models import LanguageModel, load_model
+from specdec_lib.models import LanguageModel
 from specdec_lib.models.offline import build_student
 from specdec_lib.sampling import process_logits
 from specdec_lib.verifiers import VERIFIERS, Verdict, Verifier
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The test machine is shared: one intra-op thread avoids oversubscription (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,6 @@ from specdec_lib.models.hf import tree_attention_mask
 TOL = 1e-4  # max abs difference of probabilities (float32 models)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The test machine is shared: one intra-op thread avoids oversubscription (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return load_model("smollm2-135m-instruct")
-
-
 @pytest.fixture(scope="module")
 def tiny():
     """A tiny randomly initialised Llama over 97 tokens (no tokenizer needed for scoring)."""
