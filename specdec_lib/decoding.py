@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from .sampling import check_sampling_args, process_logits
-from .tree import DraftTree
+from .tree import DraftTree, parent_depths
 from .verifiers import get_verifier, verify
 from .verifiers.base import sample_categorical
 
@@ -160,13 +160,6 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
     return parents if is_level_order(parents) else level_order(parents)
 
 
-def _depths(parents: Sequence[int]) -> list[int]:
-    d = [0] * len(parents)
-    for i in range(1, len(parents)):
-        d[i] = d[parents[i]] + 1
-    return d
-
-
 def _sync(*lms) -> None:
     for lm in lms:
         if lm.device.type == "cuda":
@@ -235,7 +228,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     parents = resolve_shape(shape, acceptance_vector, temperature)
-    max_depth = max(_depths(parents))
+    max_depth = max(parent_depths(parents))
     prompt = _prompt_list(prompt_ids)
     for lm in (target, draft):  # the deepest tree node must fit behind the prompt
         _check_length(lm, prompt, max(1, max_depth))

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .tree import SAMPLING_MODES, DraftTree, parent_depths, validate_parents
+from .tree import SAMPLING_MODES, DraftTree, parent_children, parent_depths, validate_parents
 
 DraftFn = Callable[[torch.Tensor, list[int], list[int]], torch.Tensor]
 """``draft_fn(tokens, parents, nodes) -> [len(nodes), V]``: ``tokens`` (LongTensor [n]) and
@@ -192,9 +192,7 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
         raise ValueError("draw_tree needs a shape in level order (node depths non-decreasing with the "
                          "index); relabel it with specdec_lib.tree.level_order(parents)")
     n = len(parents)
-    children: list[list[int]] = [[] for _ in range(n)]
-    for i, p in enumerate(parents[1:], start=1):
-        children[p].append(i)
+    children = parent_children(parents)
     tokens = torch.zeros(n, dtype=torch.long)
     tokens[0] = int(root_token)
     draft_probs: torch.Tensor | None = None

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .models.synthetic import ToyLM
-from .tree import DraftTree
+from .tree import DraftTree, parent_children, validate_parents
 from .verifiers.base import Verdict, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
@@ -73,23 +73,6 @@ def _check_prefix(prefix: Sequence[int], vocab_size: int) -> tuple[int, ...]:
         if not 0 <= t < vocab_size:
             raise ValueError(f"prefix token {t} out of range [0, {vocab_size})")
     return prefix
-
-
-def _check_parents(parents: Sequence[int]) -> list[int]:
-    parents = [int(p) for p in parents]
-    if not parents or parents[0] != -1:
-        raise ValueError("parents must start with -1 (the root)")
-    for i, p in enumerate(parents[1:], start=1):
-        if not 0 <= p < i:
-            raise ValueError(f"node {i}: parent {p} must satisfy 0 <= parent < {i}")
-    return parents
-
-
-def _children(parents: list[int]) -> list[list[int]]:
-    kids: list[list[int]] = [[] for _ in parents]
-    for i, p in enumerate(parents[1:], start=1):
-        kids[p].append(i)
-    return kids
 
 
 def _check_sampling(sampling: str) -> None:
@@ -164,8 +147,8 @@ def enumerate_drafts(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents
     _check_pair(target, draft)
     _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    parents = _check_parents(parents)
-    kids = _children(parents)
+    parents = validate_parents(parents)
+    kids = parent_children(parents)
     n = len(parents)
     partial: list[tuple[float, list[int], list[tuple[int, ...]]]] = [
         (1.0, [prefix[-1]] + [0] * (n - 1), [prefix] + [()] * (n - 1))]
@@ -195,8 +178,8 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
     _check_pair(target, draft)
     _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    parents = _check_parents(parents)
-    kids = _children(parents)
+    parents = validate_parents(parents)
+    kids = parent_children(parents)
     tokens = [prefix[-1]] + [0] * (len(parents) - 1)
     contexts = [prefix] + [()] * (len(parents) - 1)
     for node in range(len(parents)):

@@ -38,6 +38,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .tree import validate_parents
+
 __all__ = [
     # positional model
     "expected_tokens_positional", "chain_expected_tokens", "chain_speedup", "k_sequences_expected_tokens",
@@ -89,15 +91,7 @@ def _parents_list(parents) -> list[int]:
         parents = parents.parent_list
     if isinstance(parents, torch.Tensor):
         parents = parents.tolist()
-    par = [int(x) for x in parents]
-    if not par:
-        raise ValueError("a tree needs at least the root: parents = [-1]")
-    if par[0] != -1:
-        raise ValueError(f"parents[0] must be -1 (the root), got {par[0]}")
-    for i in range(1, len(par)):
-        if not 0 <= par[i] < i:
-            raise ValueError(f"node {i}: parent {par[i]} must satisfy 0 <= parent < {i}")
-    return par
+    return validate_parents(parents)
 
 
 def _check_int(value, name: str, minimum: int) -> int:

@@ -61,18 +61,12 @@ class DraftTree:
     @cached_property
     def children(self) -> list[list[int]]:
         """children[i] = the children of node i in sampling order (ascending index)."""
-        kids: list[list[int]] = [[] for _ in range(self.num_nodes)]
-        for i, p in enumerate(self.parent_list[1:], start=1):
-            kids[p].append(i)
-        return kids
+        return parent_children(self.parent_list)
 
     @cached_property
     def depths(self) -> list[int]:
         """depths[i] = number of drafted tokens on the path root..i (root has depth 0)."""
-        d = [0] * self.num_nodes
-        for i, p in enumerate(self.parent_list[1:], start=1):
-            d[i] = d[p] + 1
-        return d
+        return parent_depths(self.parent_list)
 
     @property
     def depth(self) -> int:
@@ -286,6 +280,14 @@ def validate_parents(parents) -> list[int]:
     return out
 
 
+def parent_children(parents) -> list[list[int]]:
+    """children[i] = the children of node i in sampling order (ascending index), for a parent list."""
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents[1:], start=1):
+        kids[p].append(i)
+    return kids
+
+
 def parent_depths(parents) -> list[int]:
     """depths[i] = drafted tokens on the path root..i (root 0) for a parent list."""
     d = [0] * len(parents)
@@ -303,9 +305,7 @@ def is_level_order(parents) -> bool:
 def level_order(parents) -> list[int]:
     """The same tree relabelled in level order (breadth first, siblings kept in sampling order)."""
     parents = validate_parents(parents)
-    kids: list[list[int]] = [[] for _ in parents]
-    for i, p in enumerate(parents[1:], start=1):
-        kids[p].append(i)
+    kids = parent_children(parents)
     order, new_id, out = [0], {0: 0}, [-1]
     for u in order:
         for c in kids[u]:
