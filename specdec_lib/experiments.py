@@ -27,6 +27,7 @@ import ast
 import math
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -200,6 +201,48 @@ class TreeRecord:
     emitted: int  # tokens the advancing verifier emitted at this step
     advance: str = ""  # the verifier that advanced the text
     state: Any = None  # its state at this step (greedy_block's target modification), else None
+    draw: int = 0  # which of the independent copies drafted at this step (`collect_trees`'s ``copies``)
+
+
+def replicate_shape(parents: Sequence[int], copies: int) -> list[int]:
+    """``copies`` copies of a tree shape joined at one root (root included, level order).
+
+    With iid drafting every node's children are drawn independently given its path, so the copies of
+    such a tree are independent draws of the shape at the same context (`split_copies` takes them apart).
+    """
+    from .tree import level_order, validate_parents
+
+    parents = [int(p) for p in validate_parents(parents)]
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    n = len(parents) - 1
+    big = [-1]
+    for k in range(copies):
+        big += [0 if p == 0 else p + k * n for p in parents[1:]]
+    return level_order(big)
+
+
+def split_copies(tree: DraftTree, copies: int) -> list[DraftTree]:
+    """The ``copies`` trees of a tree drafted with the shape `replicate_shape(shape, copies)`.
+
+    The root's children are split into ``copies`` equal consecutive groups (children keep their drafting
+    order); copy k is the root plus the subtrees under the k-th group."""
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    if copies == 1:
+        return [tree]
+    have = index_tuples(tree.parent_list)
+    width = sum(1 for t in have if len(t) == 1)
+    if width % copies:
+        raise ValueError(f"the root has {width} children, not a multiple of {copies} copies")
+    per = width // copies
+    groups: list[list[int]] = [[0] for _ in range(copies)]
+    for i, t in enumerate(have[1:], 1):
+        groups[(t[0] - 1) // per].append(i)
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise ValueError(f"the copies have different sizes {sorted(sizes)}: not a replicated shape")
+    return [_subtree(tree, g) for g in groups]
 
 
 class _TopP:
@@ -274,7 +317,7 @@ def _collect_toy(pair: Pair, prompt: PromptIds, parents: list[int], sampling: st
 
 def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequence[int], sampling: str = "iid",
                   temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
-                  advance: str | None = None, progress: bool = True) -> list[TreeRecord]:
+                  advance: str | None = None, progress: bool = True, copies: int = 1) -> list[TreeRecord]:
     """Draft trees of ``shape`` along target-distributed contexts, one per decoding step.
 
     ``shape``: a spec of `decoding.resolve_shape` ("chain:8", "binary:4", "sequoia:32x8", ...) or a parents
@@ -286,21 +329,37 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
     step, over all prompts. hf pairs use `specdec_lib.decoding.speculative_generate(..., keep_trees=True)`;
     toy pairs draw with `specdec_lib.exact.sample_tree` (race trees: `specdec_lib.drafting.draw_tree`) on
     the tempered toy models.
+
+    ``copies`` > 1 (iid drafting only): each step drafts ``copies`` independent trees of ``shape`` at the
+    same context, in one drafted tree (`replicate_shape`) and one target pass, and returns one record per
+    copy (``draw`` = 0..copies-1; ``emitted`` is the step's, from the joint tree). The joint tree branches,
+    so ``advance`` must be a tree verifier (default traversal), not a chain-only one (asps, block). Averaging a verifier's
+    exact expected tokens over the copies removes most of the drafting noise from paired comparisons.
     """
     from .decoding import resolve_shape
 
     parents = resolve_shape(shape if isinstance(shape, str) else [int(p) for p in shape], temperature=temperature)
     if advance is None:
         advance = {"race": "erss", "topk": "match"}.get(sampling, "traversal")
+    if copies != 1:
+        if sampling != "iid":
+            raise ValueError(f"copies > 1 needs iid drafting (independent siblings), got sampling={sampling!r}")
+        if _next_state_fn(advance) is not None:
+            raise ValueError(f"copies > 1 cannot carry the state of {advance!r} (one state per drafted tree)")
+        records = collect_trees(pair, prompts, replicate_shape(parents, copies), sampling, temperature, top_p,
+                                max_new_tokens, seed, advance, progress)
+        return [TreeRecord(r.prompt_id, r.category, r.step, t, r.emitted, r.advance, r.state, draw=k)
+                for r in records for k, t in enumerate(split_copies(r.tree, copies))]
     records: list[TreeRecord] = []
-    iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
+    iterator: Iterable[PromptIds] = prompts
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(list(iterator), desc=f"drafting {shape if isinstance(shape, str) else 'tree'} "
+        iterator = tqdm(list(prompts), desc=f"drafting {shape if isinstance(shape, str) else 'tree'} "
                                              f"{sampling} T={temperature}", leave=False)
-    for k, prompt in iterator:
-        generator = torch.Generator().manual_seed(seed * 100_003 + k)
+    for prompt in iterator:
+        prompt_seed = seed * 100_003 + zlib.crc32(prompt.id.encode()) % 100_003  # independent of list order
+        generator = torch.Generator().manual_seed(prompt_seed)
         if pair.kind == "toy":
             records.extend(_collect_toy(pair, prompt, parents, sampling, temperature, top_p, max_new_tokens,
                                         generator, advance))
@@ -310,7 +369,7 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
         out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=advance, shape=parents,
                                    sampling=sampling, temperature=temperature, top_p=top_p,
                                    max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
-                                   seed=seed * 100_003 + k, keep_trees=True)
+                                   seed=prompt_seed, keep_trees=True)
         next_state = _next_state_fn(advance)
         state, offset = None, 0
         for s, st in enumerate(out.steps):
@@ -478,7 +537,8 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
 
     ``views`` maps a label to a function giving the tree to evaluate (e.g. ``{"chain:4": lambda t:
     truncate_chain(t, 4)}``; default: the tree itself under the label "tree"). Verifiers that do not
-    accept a tree are skipped (``nodes`` = drafted nodes, root excluded). The verifier that advanced the text gets its recorded state (greedy_block's
+    accept a tree are skipped (``nodes`` = drafted nodes, root excluded; ``draw`` = the record's copy, so
+    `paired_gain` averages the copies drafted at one step before pairing). The verifier that advanced the text gets its recorded state (greedy_block's
     target modification); the others are evaluated as a fresh step. Returns a long DataFrame with columns
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
     drafted token accepted)) and the constant ``labels`` columns.
@@ -503,14 +563,36 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
                     continue
                 law = exact_law(name, tree, rec.state if name == rec.advance else None)
                 rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
-                             "view": view, "nodes": tree.num_nodes - 1, "verifier": name,
+                             "draw": rec.draw, "view": view, "nodes": tree.num_nodes - 1, "verifier": name,
                              "expected_tokens": float(expected_tokens_from_law(tree, law)),
                              "p_accept_first": float(1.0 - law[0].sum())})
-    frame = pd.DataFrame(rows, columns=["prompt_id", "category", "step", "view", "nodes", "verifier",
+    frame = pd.DataFrame(rows, columns=["prompt_id", "category", "step", "draw", "view", "nodes", "verifier",
                                         "expected_tokens", "p_accept_first"])
     for key, value in (labels or {}).items():
         frame[key] = value
     return frame
+
+
+def paired_tokens_by_prompt(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequence[int], sampling: str,
+                            temperature: float, verifiers: Sequence[str],
+                            views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
+                            labels: Mapping[str, Any] | None = None, progress: bool = True, **collect: Any):
+    """`collect_trees` then `paired_expected_tokens`, one prompt at a time, so only one prompt's drafted
+    trees are held (each keeps two ``[nodes, V]`` float64 tables: 28 MB for 36 nodes at V = 49152).
+    ``collect``: further `collect_trees` arguments (``max_new_tokens``, ``seed``, ``copies``, ``top_p``, ...).
+    Same rows as the two calls on all prompts (the drafting seed depends on the prompt, not its position)."""
+    import pandas as pd
+
+    iterator: Iterable[PromptIds] = prompts
+    if progress:
+        from tqdm import tqdm
+
+        name = shape if isinstance(shape, str) else f"tree of {len(shape)}"
+        iterator = tqdm(list(prompts), desc=f"{name} {sampling} T={temperature}", leave=False)
+    frames = [paired_expected_tokens(collect_trees(pair, [prompt], shape, sampling, temperature, progress=False,
+                                                   **collect), verifiers, views, labels)
+              for prompt in iterator]
+    return pd.concat(frames, ignore_index=True)
 
 
 def _pooled_by_prompt(frame, by: Sequence[str], value: str):
@@ -615,6 +697,43 @@ def star_views(ks: Iterable[int]) -> dict[int, Callable[[DraftTree], DraftTree]]
     return {int(k): (lambda t, k=int(k): restrict_to_shape(t, [-1] + [0] * k)) for k in ks}
 
 
+def star_rejection_from_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, ks: Sequence[int],
+                             verifier: str = "spectr", sampling: str = "iid", seed: int = 0):
+    """P(no child accepted) of ``verifier`` on a star of k children drawn from each matched draft row.
+
+    ``target_rows`` / ``draft_rows``: [M, V] rows of `matched_rows` (target-sampled contexts, so every
+    scheme is measured at the same contexts). One star of max(ks) children is drawn per row (`drafting.
+    draw_children`) and its first k children are verified exactly for every k (a prefix of the children
+    is a star of k children drawn the same way). Whether a child is accepted depends on the root's rows
+    only, so the leaves get the root's target row as a placeholder (it would only shape the bonus token
+    after an accepted child). For schemes with a closed form, `theory.positional_acceptance` needs no
+    drafting at all; this is for verifiers without one (SpecTr). Returns a DataFrame: row, k, rejection.
+    """
+    import pandas as pd
+
+    from .drafting import draw_children
+    from .verifiers import exact_law
+
+    if target_rows.shape != draft_rows.shape or target_rows.dim() != 2:
+        raise ValueError(f"need matched [M, V] rows, got {tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive, got {ks}")
+    kmax = ks[-1]
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for m in range(target_rows.shape[0]):
+        p, q = target_rows[m].to(torch.float64), draft_rows[m].to(torch.float64)
+        kids, _ = draw_children(q, kmax, sampling, generator)
+        for k in ks:
+            tokens = torch.cat([torch.zeros(1, dtype=torch.long), kids[:k]])
+            draft = torch.zeros(k + 1, q.shape[0], dtype=torch.float64)
+            draft[0] = q
+            tree = DraftTree(tokens, torch.tensor([-1] + [0] * k), draft, p.expand(k + 1, -1).clone(), sampling=sampling)
+            rows.append({"row": m, "k": k, "rejection": float(exact_law(verifier, tree)[0].sum())})
+    return pd.DataFrame(rows)
+
+
 def star_index_law(records: Sequence[TreeRecord], verifier: str):
     """Per drafted star (``batch:Kx1``): the exact probability that the verifier accepts the i-th child.
 
@@ -680,7 +799,8 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
                      max_new_tokens: int = 32, seed: int = 0, progress: bool = True):
     """Wall-clock decoding: `speculative_generate` (or `autoregressive_generate` when ``verifier`` is None)
     per prompt. Returns a DataFrame per prompt: tokens, steps, seconds, tokens per second, tokens per step,
-    and the summed draft / target / verify seconds (hf pairs only)."""
+    the summed draft / target / verify seconds and the median step time (draft + target + verify of one
+    step; autoregressive: seconds per token) (hf pairs only)."""
     import pandas as pd
 
     from .decoding import autoregressive_generate, speculative_generate
@@ -714,12 +834,17 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
                      "tokens_per_step": n_tokens / max(1, len(steps) or n_tokens),
                      "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
                      "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
-                     "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps)})
+                     "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
+                     "median_step_s": float(np.median(step_s)) if (step_s := [
+                         float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps
+                         if hasattr(s, "target_s")]) else seconds / max(1, n_tokens)})
     return pd.DataFrame(rows)
 
 
 __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
-           "collect_trees", "matched_rows", "restrict_depth", "truncate_chain", "index_tuples",
+           "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
+           "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "applicable", "paired_expected_tokens",
-           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]
+           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "star_rejection_from_rows",
+           "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]

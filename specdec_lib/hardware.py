@@ -558,3 +558,82 @@ def optimize_chain(acceptance_profile, target_profile, draft_cost, verifier: str
                          "gamma in the acceptance profile (enable interpolate or profile more sizes)")
     gamma, e, speedup, per_token, interpolated = best
     return ChainPlan(verifier, gamma, e, speedup, per_token, interpolated, candidates)
+
+
+# ----- command line -------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specdec_lib.hardware SHAPE [SHAPE ...]``: profile shape-only models (``SHAPES``) or
+    loadable models (``--model``) and save each profile under ``data/hardware/``.
+
+    Example (an H100, paper-scale targets and the 68M draft in bf16):
+    ``python -m specdec_lib.hardware llama-2-7b llama-2-13b jackfram-68m --device cuda --dtype bfloat16
+    --sizes 1,2,4,...,1024``. Sizes are a comma list; ``a,b,...,c`` with ``...`` doubles from b up to c.
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m specdec_lib.hardware",
+                                 description="Measure forward-time profiles t(n) and save them as JSON.")
+    ap.add_argument("shapes", nargs="*", help=f"shape-only models: {', '.join(sorted(SHAPES))}")
+    ap.add_argument("--model", action="append", default=[], help="a loadable model (specdec_lib.models.load_model)")
+    ap.add_argument("--sizes", default="1,2,4,...,128", help="n values, e.g. 1,2,4,...,1024")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--layers", type=int, default=None, help="cap the layers of shape-only models")
+    ap.add_argument("--prefix-len", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads during the measurement")
+    ap.add_argument("--out-dir", type=Path, default=DATA_DIR)
+    args = ap.parse_args(argv)
+    if not args.shapes and not args.model:
+        ap.error("give at least one shape or --model")
+    sizes = _parse_sizes(args.sizes)
+    jobs = [(name, None) for name in args.shapes] + [(None, name) for name in args.model]
+    for shape, model_name in jobs:
+        if shape is not None:
+            model = shape_only_model(shape, args.dtype, args.device, num_layers=args.layers)
+            label = f"{_shape_key(shape)}-shape" + (f"-{args.layers}layers" if args.layers else "")
+        else:
+            from .models import load_model
+
+            model = load_model(model_name, device=args.device, dtype=args.dtype)
+            label = Path(str(model_name)).name
+        prof = profile(model, sizes, prefix_len=args.prefix_len, repeats=args.repeats, warmup=args.warmup,
+                       label=label, threads=args.threads)
+        slug = f"{prof['device_type']}_{args.dtype}_{label}".lower().replace("/", "-").replace(" ", "-")
+        path = save_profile(prof, Path(args.out_dir) / f"{slug}.json")
+        print(f"{label}: " + ", ".join(f"t({n})={1000 * t:.2f} ms" for n, t in zip(prof["sizes"], prof["median_s"]))
+              + f" -> {path}", flush=True)
+        del model
+        if str(args.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+    return 0
+
+
+def _parse_sizes(spec: str) -> list[int]:
+    """``"1,2,4,...,64"`` -> [1, 2, 4, 8, 16, 32, 64]; a plain comma list is taken as it is."""
+    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    if "..." in parts:
+        at = parts.index("...")
+        if at < 1 or at != len(parts) - 2:
+            raise ValueError(f"bad sizes {spec!r}: '...' must stand between the doubling start and the end")
+        head = [int(p) for p in parts[:at]]
+        end = int(parts[-1])
+        out = list(head)
+        while out[-1] * 2 <= end:
+            out.append(out[-1] * 2)
+        if out[-1] != end:
+            out.append(end)
+        sizes = out
+    else:
+        sizes = [int(p) for p in parts]
+    if not sizes or any(n < 1 for n in sizes):
+        raise ValueError(f"sizes must be positive integers, got {spec!r}")
+    return sorted(set(sizes))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

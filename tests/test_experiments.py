@@ -95,3 +95,70 @@ def test_star_index_law_is_the_positional_acceptance(sampling, verifier):
     g = [exact.expected_step_tokens(verifier, target, draft, (2,), parse_shape(f"batch:{k}x1"), sampling)
          for k in (1, 2, 3)]
     assert np.allclose(np.cumsum(p), np.array(g) - 1, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, copies", [("chain:2", 2), ("binary:2", 2), ("parents:-1,0,0,1", 2), ("chain:1", 3)])
+@pytest.mark.parametrize("verifier", ["token", "block", "traversal"])
+def test_copies_of_an_iid_shape_are_draws_of_that_shape(shape, copies, verifier):
+    """Over all iid drafts of the replicated shape, each copy has the law of one draft of the shape: the
+    mean over copies of E[tokens | copy] has the shape's expectation, and each copy keeps the shape."""
+    target, draft = random_markov_pair(3, 0.7, seed=11, eos=False)
+    small = parse_shape(shape)
+    if verifier == "block" and not E.applicable("block", exact.enumerate_drafts(target, draft, (0,), small, "iid")[0][1]):
+        pytest.skip("block verification needs a chain")
+    big = E.replicate_shape(small, copies)
+    assert len(big) == 1 + copies * (len(small) - 1)
+    drafts = exact.enumerate_drafts(target, draft, (0,), big, "iid")
+    per_copy = np.zeros(copies)
+    for w, tree in drafts:
+        parts = E.split_copies(tree, copies)
+        assert all(E.index_tuples(t.parent_list) == E.index_tuples(small) for t in parts)
+        per_copy += w * np.array([expected_tokens(verifier, t) for t in parts])
+    direct = exact.expected_step_tokens(verifier, target, draft, (0,), small, "iid")
+    assert np.allclose(per_copy, direct, atol=1e-12)
+    # control: the joint tree is not a draw of the shape (more tokens per step)
+    joint = sum(w * expected_tokens("token", t) for w, t in drafts)
+    assert joint > exact.expected_step_tokens("token", target, draft, (0,), small, "iid") + 1e-6
+
+
+def test_copies_in_collect_trees_and_streaming_helper():
+    pair = E.toy_pair(vocab_size=5, seed=1)
+    prompts = E.prompts_for(pair, 2, ["t"])
+    recs = E.collect_trees(pair, prompts, "chain:3", "iid", 1.0, max_new_tokens=6, seed=2, progress=False, copies=3)
+    assert sorted({r.draw for r in recs}) == [0, 1, 2] and all(r.tree.num_nodes == 4 for r in recs)
+    steps = {(r.prompt_id, r.step) for r in recs}
+    assert len(recs) == 3 * len(steps)
+    with pytest.raises(ValueError, match="iid"):
+        E.collect_trees(pair, prompts, "chain:3", "without_replacement", 1.0, max_new_tokens=4, copies=2)
+    with pytest.raises(ValueError, match="state"):
+        E.collect_trees(pair, prompts, "chain:3", "iid", 1.0, max_new_tokens=4, copies=2, advance="greedy_block")
+    with pytest.raises(ValueError, match="multiple"):
+        E.split_copies(recs[0].tree, 2)
+    both = E.paired_expected_tokens(recs, ["token", "block"])
+    streamed = E.paired_tokens_by_prompt(pair, prompts, "chain:3", "iid", 1.0, ["token", "block"], progress=False,
+                                         max_new_tokens=6, seed=2, copies=3)
+    pd.testing.assert_frame_equal(both, streamed)
+    g = E.paired_gain(streamed, "block", "token")  # averages the copies of a step before pairing
+    assert g.iloc[0]["steps"] == len(steps)
+
+
+@pytest.mark.parametrize("verifier, sampling", [("spectr", "iid"), ("token", "iid"), ("token", "without_replacement")])
+def test_star_rejection_from_rows_matches_the_closed_forms(verifier, sampling):
+    """Averaged over many drawn stars, the rejection rate on matched rows equals 1 - sum(p_1..p_k) of
+    `theory.positional_acceptance` (token verification), and SpecTr with one child is 1 - sum min(p, q)."""
+    from specdec_lib import theory
+
+    gen = torch.Generator().manual_seed(0)
+    P = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((3,)).double()
+    Q = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((3,)).double()
+    frames = [E.star_rejection_from_rows(P, Q, [1, 3], verifier, sampling, seed=s) for s in range(400)]
+    rej = pd.concat(frames).groupby(["row", "k"])["rejection"].mean().unstack()
+    if verifier == "token":
+        pos = theory.positional_acceptance(P, Q, 3, sampling, per_row=True, method="exact").numpy()
+        expected = np.stack([1 - pos[:, :1].sum(1), 1 - pos.sum(1)], axis=1)
+        assert np.allclose(rej.to_numpy(), expected, atol=0.03)
+    one = 1 - torch.minimum(P, Q).sum(1).numpy()
+    assert np.allclose(rej[1].to_numpy(), one, atol=0.03)
+    assert not np.allclose(rej[3].to_numpy(), one, atol=0.03)  # more children: fewer rejections
+    with pytest.raises(ValueError):
+        E.star_rejection_from_rows(P, Q[:2], [1])

@@ -195,3 +195,24 @@ def test_measured_cpu_profile_if_present():
     assert prof["sizes"] == [1, 2, 4, 8, 16, 32, 64]
     plan = H.optimize_tree(REPO, prof, 0.2 * prof["median_s"][0], max_size=64, max_depth=10)
     assert plan.size in prof["sizes"] and math.isfinite(plan.speedup)
+
+
+def test_sizes_spec():
+    assert H._parse_sizes("1,2,4,...,64") == [1, 2, 4, 8, 16, 32, 64]
+    assert H._parse_sizes("1,3,...,20") == [1, 3, 6, 12, 20]
+    assert H._parse_sizes("8,1,2") == [1, 2, 8]
+    for bad in ["", "0,1", "...,4", "1,...", "1,2,...,8,16"]:
+        with pytest.raises(ValueError):
+            H._parse_sizes(bad)
+
+
+def test_command_line_profiles_a_shape(tmp_path, capsys):
+    assert H.main(["jackfram-68m", "--layers", "1", "--sizes", "1,2", "--repeats", "2", "--warmup", "1",
+                          "--prefix-len", "8", "--threads", "1", "--out-dir", str(tmp_path)]) == 0
+    saved = list(tmp_path.glob("*.json"))
+    assert [p.name for p in saved] == ["cpu_float32_jackfram-68m-shape-1layers.json"]
+    prof = H.load_profile(saved[0])
+    assert prof["sizes"] == [1, 2] and prof["num_layers"] == 1 and prof["shape_only"]
+    assert "t(1)=" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        H.main([])
