@@ -5,7 +5,9 @@ Methods (same target, same draft, same temperature / top-p, same prompts):
 * ``autoregressive``: `decoding.autoregressive_generate` (KV cache, one target forward per token);
 * ``hf_assisted``: HF ``generate(assistant_model=draft)`` (transformers' own assisted decoding with its
   dynamic draft length; with sampling it applies its processors to the draft too);
-* ``<verifier>/chain:<k>``: ours, token and block verification on chains of 2, 4 and 6 drafted tokens;
+* ``<verifier>/chain:<k>``: ours, token and block verification on chains of 2, 4 and 6 drafted tokens, and
+  token verification on one drafted token (the best fixed length when acceptance is low; HF adapts its
+  length, and its settings are recorded under ``hf_assisted_settings``);
 * ``token/sequoia:<n>x<d>``: ours, a small Sequoia DP tree (sampling without replacement, the token
   verifier = Sequoia's), from the measured acceptance vector of the draft (``draft.json``, or measured
   here on training prompts with `measure_acceptance_vector` when there is none).
@@ -40,7 +42,7 @@ __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_tab
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
 DEFAULT_SEQUOIA = "sequoia:16x6"
-DEFAULT_METHODS = ("autoregressive", "hf_assisted", "token/chain:2", "token/chain:4", "token/chain:6",
+DEFAULT_METHODS = ("autoregressive", "hf_assisted", "token/chain:1", "token/chain:2", "token/chain:4", "token/chain:6",
                    "block/chain:2", "block/chain:4", "block/chain:6", f"token/{DEFAULT_SEQUOIA}")
 
 
@@ -141,6 +143,14 @@ def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, e
     return out[0, input_ids.shape[1]:].tolist(), seconds
 
 
+def _hf_draft_settings(draft) -> dict:
+    """HF's assisted-decoding draft-length settings, read from the draft's generation config (HF adapts
+    ``num_assistant_tokens`` across calls with the "heuristic" schedule)."""
+    config = getattr(draft.model, "generation_config", None)
+    return {k: getattr(config, k, None) for k in ("num_assistant_tokens", "num_assistant_tokens_schedule",
+                                                   "assistant_confidence_threshold")}
+
+
 def _median(values):
     values = [v for v in values if v == v]
     return statistics.median(values) if values else float("nan")
@@ -201,6 +211,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
             speculative_generate(target, draft, encoded[0], "token", "chain:2", temperature=temperature,
                                  top_p=top_p, max_new_tokens=4, seed=seed)
     results: dict[str, dict] = {}
+    hf_settings = {"before": _hf_draft_settings(draft)} if any(s["kind"] == "hf_assisted" for s in specs) else None
     bar = tqdm(total=len(specs) * len(prompts), disable=not progress, desc="bench", leave=False)
     for spec in specs:
         rows = []
@@ -238,6 +249,8 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
                 summary[k.replace("_s", "_fraction")] = _median([r[k] / t for r, t in zip(rows, total) if t > 0])
         results[spec["name"]] = {**{k: v for k, v in spec.items() if k != "name"}, "median": summary,
                                  "per_prompt": rows}
+        if spec["kind"] == "hf_assisted":
+            hf_settings["after"] = _hf_draft_settings(draft)
     bar.close()
     base = results.get("autoregressive", {}).get("median", {}).get("tokens_per_s")
     if base:
@@ -251,7 +264,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
                        "max_new_tokens": int(max_new_tokens), "temperature": float(temperature),
                        "top_p": float(top_p), "seed": int(seed), "methods": list(methods),
                        "acceptance_vector": None if acceptance_vector is None else list(acceptance_vector),
-                       "acceptance_vector_source": acceptance_source},
+                       "acceptance_vector_source": acceptance_source, "hf_assisted_settings": hf_settings},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "methods": results,
     }
