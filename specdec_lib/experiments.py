@@ -333,8 +333,9 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
     ``copies`` > 1 (iid drafting only): each step drafts ``copies`` independent trees of ``shape`` at the
     same context, in one drafted tree (`replicate_shape`) and one target pass, and returns one record per
     copy (``draw`` = 0..copies-1; ``emitted`` is the step's, from the joint tree). The joint tree branches,
-    so ``advance`` must be a tree verifier (default traversal), not a chain-only one (asps, block). Averaging a verifier's
-    exact expected tokens over the copies removes most of the drafting noise from paired comparisons.
+    so ``advance`` must be a tree verifier (default traversal), not a chain-only one (asps, block).
+    Averaging a verifier's exact expected tokens over the copies removes most of the drafting noise from
+    paired comparisons.
     """
     from .decoding import resolve_shape
 
@@ -538,8 +539,9 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     ``views`` maps a label to a function giving the tree to evaluate (e.g. ``{"chain:4": lambda t:
     truncate_chain(t, 4)}``; default: the tree itself under the label "tree"). Verifiers that do not
     accept a tree are skipped (``nodes`` = drafted nodes, root excluded; ``draw`` = the record's copy, so
-    `paired_gain` averages the copies drafted at one step before pairing). The verifier that advanced the text gets its recorded state (greedy_block's
-    target modification); the others are evaluated as a fresh step. Returns a long DataFrame with columns
+    `paired_gain` averages the copies drafted at one step before pairing). The verifier that advanced the
+    text gets its recorded state (greedy_block's target modification); the others are evaluated as a fresh
+    step. Returns a long DataFrame with columns
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
     drafted token accepted)) and the constant ``labels`` columns.
     """
@@ -729,7 +731,8 @@ def star_rejection_from_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor
             tokens = torch.cat([torch.zeros(1, dtype=torch.long), kids[:k]])
             draft = torch.zeros(k + 1, q.shape[0], dtype=torch.float64)
             draft[0] = q
-            tree = DraftTree(tokens, torch.tensor([-1] + [0] * k), draft, p.expand(k + 1, -1).clone(), sampling=sampling)
+            tree = DraftTree(tokens, torch.tensor([-1] + [0] * k), draft, p.expand(k + 1, -1).clone(),
+                             sampling=sampling)
             rows.append({"row": m, "k": k, "rejection": float(exact_law(verifier, tree)[0].sum())})
     return pd.DataFrame(rows)
 
@@ -828,6 +831,7 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
         seconds = time.perf_counter() - t0
         steps = list(out.steps)
         n_tokens = len(out.tokens)
+        step_s = [float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps if hasattr(s, "target_s")]
         rows.append({"prompt_id": prompt.id, "category": prompt.category, "verifier": verifier or "autoregressive",
                      "shape": shape or "-", "temperature": temperature, "tokens": n_tokens,
                      "steps": len(steps) or n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
@@ -835,9 +839,7 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
                      "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
                      "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
                      "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
-                     "median_step_s": float(np.median(step_s)) if (step_s := [
-                         float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps
-                         if hasattr(s, "target_s")]) else seconds / max(1, n_tokens)})
+                     "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)})
     return pd.DataFrame(rows)
 
 
@@ -846,5 +848,5 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "applicable", "paired_expected_tokens",
-           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "star_rejection_from_rows",
-           "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]
+           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector",
+           "star_rejection_from_rows", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation"]
