@@ -149,16 +149,16 @@ def test_star_rejection_from_rows_matches_the_closed_forms(verifier, sampling):
     from specdec_lib import theory
 
     gen = torch.Generator().manual_seed(0)
-    P = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((3,)).double()
-    Q = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((3,)).double()
-    frames = [E.star_rejection_from_rows(P, Q, [1, 3], verifier, sampling, seed=s) for s in range(400)]
+    P, Q = (-torch.log(torch.rand(2, 3, 5, generator=gen, dtype=torch.float64))).unbind(0)  # Dirichlet(1) rows
+    P, Q = P / P.sum(1, keepdim=True), Q / Q.sum(1, keepdim=True)
+    frames = [E.star_rejection_from_rows(P, Q, [1, 3], verifier, sampling, seed=s) for s in range(1500)]
     rej = pd.concat(frames).groupby(["row", "k"])["rejection"].mean().unstack()
     if verifier == "token":
         pos = theory.positional_acceptance(P, Q, 3, sampling, per_row=True, method="exact").numpy()
         expected = np.stack([1 - pos[:, :1].sum(1), 1 - pos.sum(1)], axis=1)
-        assert np.allclose(rej.to_numpy(), expected, atol=0.03)
+        assert np.allclose(rej.to_numpy(), expected, atol=0.04)  # Monte Carlo over 1500 stars: SE <= 0.013
     one = 1 - torch.minimum(P, Q).sum(1).numpy()
-    assert np.allclose(rej[1].to_numpy(), one, atol=0.03)
-    assert not np.allclose(rej[3].to_numpy(), one, atol=0.03)  # more children: fewer rejections
+    assert np.allclose(rej[1].to_numpy(), one, atol=0.04)
+    assert (rej[3].to_numpy() < one - 0.05).all()  # more children: fewer rejections
     with pytest.raises(ValueError):
         E.star_rejection_from_rows(P, Q[:2], [1])
