@@ -144,11 +144,16 @@ def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, e
 
 
 def _hf_draft_settings(draft) -> dict:
-    """HF's assisted-decoding draft-length settings, read from the draft's generation config (HF adapts
-    ``num_assistant_tokens`` across calls with the "heuristic" schedule)."""
-    config = getattr(draft.model, "generation_config", None)
-    return {k: getattr(config, k, None) for k in ("num_assistant_tokens", "num_assistant_tokens_schedule",
-                                                   "assistant_confidence_threshold")}
+    """HF's assisted-decoding draft-length settings as HF resolves them: the draft's generation config, with
+    transformers' global defaults for unset fields (in 5.x: 20 tokens, "constant" schedule, and drafting
+    stops early when the draft's confidence falls below 0.4; the "heuristic" schedules adapt the length)."""
+    from transformers import GenerationConfig
+
+    config = getattr(draft.model, "generation_config", None) or GenerationConfig()
+    defaults_fn = getattr(GenerationConfig, "_get_default_generation_params", None)
+    defaults = defaults_fn() if callable(defaults_fn) else {}
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    return {k: getattr(config, k, None) if getattr(config, k, None) is not None else defaults.get(k) for k in keys}
 
 
 def _median(values):
