@@ -5,6 +5,8 @@ Methods (same target, same draft, same temperature / top-p, same prompts):
 * ``autoregressive``: `decoding.autoregressive_generate` (KV cache, one target forward per token);
 * ``hf_assisted``: HF ``generate(assistant_model=draft)`` (transformers' own assisted decoding with its
   dynamic draft length; with sampling it applies its processors to the draft too);
+* ``hf_assisted/chain:<k>``: the same with exactly k draft tokens per step (constant schedule, no
+  confidence stop): HF at our chain settings, for the like-for-like comparison;
 * ``<verifier>/chain:<k>``: ours, token and block verification on chains of 2, 4 and 6 drafted tokens, and
   token verification on one drafted token (the best fixed length when acceptance is low; HF adapts its
   length, and its settings are recorded under ``hf_assisted_settings``);
@@ -42,7 +44,8 @@ __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_tab
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
 DEFAULT_SEQUOIA = "sequoia:16x6"
-DEFAULT_METHODS = ("autoregressive", "hf_assisted", "token/chain:1", "token/chain:2", "token/chain:4", "token/chain:6",
+DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2", "hf_assisted/chain:4",
+                   "token/chain:1", "token/chain:2", "token/chain:4", "token/chain:6",
                    "block/chain:2", "block/chain:4", "block/chain:6", f"token/{DEFAULT_SEQUOIA}")
 
 
@@ -103,10 +106,17 @@ def measure_acceptance_vector(target, draft, prompts: Sequence[Prompt], temperat
 
 
 def _parse_method(name: str) -> dict:
-    """"autoregressive", "hf_assisted" or "<verifier>/<shape>[/<sampling>]"; the default sampling is
+    """"autoregressive", "hf_assisted[/chain:<k>]" or "<verifier>/<shape>[/<sampling>]"; the default sampling is
     without replacement for Sequoia trees, races for erss and i.i.d. otherwise."""
     if name in ("autoregressive", "hf_assisted"):
         return {"name": name, "kind": name}
+    if name.startswith("hf_assisted/"):
+        shape = name.split("/", 1)[1]
+        length = shape[len("chain:"):] if shape.startswith("chain:") else ""
+        if not length.isdigit() or int(length) < 1:
+            raise ValueError(f"unknown method {name!r}: HF assisted generation drafts chains only, "
+                             f"as in 'hf_assisted/chain:4'")
+        return {"name": name, "kind": "hf_assisted", "draft_tokens": int(length)}
     parts = name.split("/")
     if len(parts) not in (2, 3) or not all(parts):
         raise ValueError(f"unknown method {name!r}: use 'autoregressive', 'hf_assisted' or "
@@ -124,7 +134,23 @@ def _parse_method(name: str) -> dict:
     return {"name": name, "kind": "ours", "verifier": verifier, "shape": shape, "sampling": sampling}
 
 
-def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos):
+def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos, draft_tokens=None):
+    """HF ``generate(assistant_model=draft)`` with HF's draft-length settings, or, with ``draft_tokens``,
+    exactly that many draft tokens per step (constant schedule, no confidence stop), as our chains."""
+    config = draft.model.generation_config
+    fixed = {"num_assistant_tokens": int(draft_tokens), "num_assistant_tokens_schedule": "constant",
+             "assistant_confidence_threshold": 0.0} if draft_tokens else {}
+    saved = {k: getattr(config, k, None) for k in fixed}
+    for k, v in fixed.items():
+        setattr(config, k, v)
+    try:
+        return _hf_generate(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos)
+    finally:
+        for k, v in saved.items():
+            setattr(config, k, v)
+
+
+def _hf_generate(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos):
     model = target.model
     input_ids = ids[None].to(target.device)
     kwargs = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=draft.model,
@@ -229,7 +255,8 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
                 _sync(target.device)
                 row.update(tokens=out.num_tokens, seconds=time.perf_counter() - t0, tokens_per_step=1.0)
             elif spec["kind"] == "hf_assisted":
-                toks, seconds = _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos)
+                toks, seconds = _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos,
+                                             spec.get("draft_tokens"))
                 row.update(tokens=len(toks), seconds=seconds)
             else:
                 _sync(target.device)
@@ -265,7 +292,10 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
         "machine": machine_info(target.device),
         "versions": _versions(),
         "parameters": {"target": target.name, "draft": draft.name if needs_draft else None, "device": str(target.device),
-                       "dtype": str(target.dtype).replace("torch.", ""), "prompts": [p.id for p in prompts],
+                       "dtype": str(target.dtype).replace("torch.", ""),
+                       "small_batch_linears": {"target": target.small_batch_linears,
+                                               "draft": draft.small_batch_linears if needs_draft else None},
+                       "prompts": [p.id for p in prompts],
                        "max_new_tokens": int(max_new_tokens), "temperature": float(temperature),
                        "top_p": float(top_p), "seed": int(seed), "methods": list(methods),
                        "acceptance_vector": None if acceptance_vector is None else list(acceptance_vector),

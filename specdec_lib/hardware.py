@@ -121,9 +121,12 @@ def shape_only_model(name: str, dtype: torch.dtype | str = torch.float32, device
     values, so such a model profiles a device for a model it cannot hold or download. ``num_layers`` caps
     the depth so that a big shape fits a small machine: the result is the time of THAT truncated model
     (``profile`` records ``num_layers`` and ``full_num_layers``); nothing here rescales it by layers.
-    The model is built directly on ``device`` in ``dtype`` and put in eval mode.
+    The model is built directly on ``device`` in ``dtype`` and put in eval mode; on a CPU in float32 its
+    linear layers are `models.cpu_linear.SmallBatchLinear`, as in every `LanguageModel` decoding uses.
     """
     from transformers import LlamaForCausalLM
+
+    from .models.cpu_linear import use_small_batch_linear
 
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
@@ -141,6 +144,8 @@ def shape_only_model(name: str, dtype: torch.dtype | str = torch.float32, device
         torch.set_default_dtype(previous)
     model = model.to(device=device, dtype=dtype).eval()
     model.shape_name = _shape_key(name)
+    if model.device.type == "cpu" and dtype == torch.float32:
+        use_small_batch_linear(model)
     return model
 
 
@@ -277,6 +282,7 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
         "full_num_layers": full_layers,
         "prefix_len": prefix_len,
         "mask": "chain tree-attention mask (float, 0 / -inf)",
+        "linear_kernel": _linear_kernel(module),
         "warmup": warmup,
         "repeats": repeats,
         **results,
@@ -291,6 +297,14 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
         "torch_threads": used_threads,
         "load_average_1m": [load_before, _load_average()],   # before / after: a busy shared host is slower
     }
+
+
+def _linear_kernel(module: torch.nn.Module) -> str:
+    """Which linear forward the profiled module runs (`models.cpu_linear`)."""
+    from .models.cpu_linear import SmallBatchLinear
+
+    small = any(isinstance(m, SmallBatchLinear) for m in module.modules())
+    return "small-batch (specdec_lib.models.cpu_linear)" if small else "torch F.linear"
 
 
 def _load_average() -> float | None:

@@ -398,6 +398,31 @@ def test_benchmark_smoke(target, draft2, tmp_path):
     assert report["methods"]["autoregressive"]["median"]["speedup_vs_autoregressive"] == 1.0
     hf = saved["parameters"]["hf_assisted_settings"]  # what HF resolved, not the unset config fields
     assert hf["before"]["num_assistant_tokens"] >= 1 and hf["after"]["num_assistant_tokens_schedule"]
+    assert saved["parameters"]["small_batch_linears"] == {"target": target.small_batch_linears,
+                                                          "draft": draft2.small_batch_linears}
+
+
+@pytest.mark.parametrize("draft_tokens", [1, 3])
+def test_hf_assisted_fixed_chain_drafts_that_many_tokens(target, draft2, draft_tokens):
+    """'hf_assisted/chain:k' makes HF draft exactly k tokens per target forward, then restores HF's settings."""
+    from specdec_lib.benchmark import _hf_assisted, _parse_method
+
+    assert _parse_method(f"hf_assisted/chain:{draft_tokens}")["draft_tokens"] == draft_tokens
+    with pytest.raises(ValueError, match="chains only"):
+        _parse_method("hf_assisted/sequoia:6x3")
+    config = draft2.model.generation_config
+    before = (config.num_assistant_tokens, config.assistant_confidence_threshold)
+    scored = []   # tokens in each target forward: the prompt once, then k drafted + 1 per step
+    hook = target.model.register_forward_hook(
+        lambda module, args, kwargs, out: scored.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        ids = target.encode("Name three colours.")
+        toks, _ = _hf_assisted(target, draft2, ids, 1.0, 1.0, 16, 0, None, draft_tokens)
+    finally:
+        hook.remove()
+    assert len(toks) == 16
+    assert scored[1] == max(scored[1:]) == draft_tokens + 1   # fewer only near the length limit
+    assert (config.num_assistant_tokens, config.assistant_confidence_threshold) == before
 
 
 def test_bench_main_autoregressive_only(tmp_path, capsys):

@@ -126,7 +126,8 @@ def test_draft_round_trip_and_missing_draft(target, tmp_path):
     assert draft.name == offline.DRAFT_NAME and draft.vocab_size == target.vocab_size
     ids = target.encode("Hello", chat=False)
     with torch.no_grad():
-        assert torch.allclose(draft.logits(ids), student(ids[None]).logits[0], atol=1e-6)
+        # rounding only: the draft's linears are SmallBatchLinear (cpu_linear), the student's torch's
+        torch.testing.assert_close(draft.logits(ids), student(ids[None]).logits[0], rtol=1e-5, atol=1e-5)
     save_file({"model.norm.weight": student.model.norm.weight.detach()}, str(tmp_path / "layers.safetensors"))
     with pytest.raises(ValueError, match="does not match"):
         offline.load_draft(target, directory=tmp_path)

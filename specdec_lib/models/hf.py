@@ -46,10 +46,13 @@ class LanguageModel:
 
     Attributes: ``model`` (the HF module, in eval mode), ``tokenizer``, ``name``, ``vocab_size``
     (rows of the output head = width of every distribution), ``device`` (where inputs go),
-    ``max_context`` (maximum positions).
+    ``max_context`` (maximum positions), ``small_batch_linears`` (how many linear layers use
+    `cpu_linear.SmallBatchLinear`: all of them for a float32 model on a CPU, else 0).
     """
 
     def __init__(self, model, tokenizer, name: str):
+        from .cpu_linear import use_small_batch_linear
+
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -58,11 +61,13 @@ class LanguageModel:
         self.device = model.get_input_embeddings().weight.device
         ctx = getattr(model.config, "max_position_embeddings", None)
         self.max_context = int(ctx) if ctx else 2048
+        on_cpu_fp32 = self.device.type == "cpu" and self.dtype == torch.float32
+        self.small_batch_linears = use_small_batch_linear(model) if on_cpu_fp32 else 0
 
     def __repr__(self) -> str:
         n = sum(p.numel() for p in self.model.parameters())
         return (f"LanguageModel({self.name!r}, {n / 1e6:.1f}M params, vocab {self.vocab_size}, "
-                f"{self.dtype}, {self.device})")
+                f"{self.dtype}, {self.device}, small-batch linears: {self.small_batch_linears})")
 
     @property
     def dtype(self) -> torch.dtype:
