@@ -134,7 +134,8 @@ def test_export_and_load_give_the_same_logits(target, tmp_path):
         want = student(ids).logits
         mine = D.load_exported(target, tmp_path)(ids).logits
         theirs = load_draft(LanguageModel(target, None, "tiny"), directory=tmp_path).model(ids).logits
-    assert torch.equal(mine, want) and torch.equal(theirs, want)
+    assert torch.equal(mine, want)
+    torch.testing.assert_close(theirs, want, rtol=1e-5, atol=1e-5)  # LanguageModel: SmallBatchLinear rounding
     # bfloat16 export: what the record's acceptance describes is the rounded student
     D.export_draft(student, tmp_path, {}, dtype="bfloat16")
     with torch.no_grad(), D._RoundedWeights(student, "bfloat16"):
