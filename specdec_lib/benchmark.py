@@ -15,7 +15,9 @@ Methods (same target, same draft, same temperature / top-p, same prompts):
   here on training prompts with `measure_acceptance_vector` when there is none).
 
 Per method: the median over prompts of tokens/s (generated tokens / wall seconds, prefill included),
-of tokens per target forward and of the draft / target / verify split. Results, with machine, versions
+of tokens per target forward and of the draft / target / verify split, and the paired speedup (median
+over prompts of tokens/s over autoregressive tokens/s on the same prompt). Every prompt runs all methods
+in turn, so a slow drift of a shared machine's speed hits every method alike. Results, with machine, versions
 and parameters, go to ``data/results/bench_<host>.json``. Timings synchronise CUDA.
 """
 
@@ -182,6 +184,29 @@ def _hf_draft_settings(draft) -> dict:
     return {k: getattr(config, k, None) if getattr(config, k, None) is not None else defaults.get(k) for k in keys}
 
 
+def _run_method(spec, target, draft, ids, temperature, top_p, max_new_tokens, seed, eos) -> dict:
+    """One generation of one benchmark method on one prompt: tokens, wall seconds and, for ours, the
+    tokens per step and the draft / target / verify seconds."""
+    if spec["kind"] == "hf_assisted":
+        toks, seconds = _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos,
+                                     spec.get("draft_tokens"))
+        return {"tokens": len(toks), "seconds": seconds}
+    _sync(target.device)
+    t0 = time.perf_counter()
+    if spec["kind"] == "autoregressive":
+        out = autoregressive_generate(target, ids, temperature, top_p, max_new_tokens, seed=seed)
+        _sync(target.device)
+        return {"tokens": out.num_tokens, "seconds": time.perf_counter() - t0, "tokens_per_step": 1.0}
+    out = speculative_generate(target, draft, ids, verifier=spec["verifier"], shape=spec["parents"],
+                               sampling=spec["sampling"], temperature=temperature, top_p=top_p,
+                               max_new_tokens=max_new_tokens, seed=seed)
+    _sync(target.device)
+    return {"tokens": out.num_tokens, "seconds": time.perf_counter() - t0, "tokens_per_step": out.tokens_per_step,
+            "draft_s": sum(s.draft_s for s in out.steps), "target_s": sum(s.target_s for s in out.steps),
+            "verify_s": sum(s.verify_s for s in out.steps), "steps": len(out.steps),
+            "tree_size": out.settings["tree_size"]}
+
+
 def _median(values):
     values = [v for v in values if v == v]
     return statistics.median(values) if values else float("nan")
@@ -244,45 +269,29 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     results: dict[str, dict] = {}
     hf_settings = {"before": _hf_draft_settings(draft)} if any(s["kind"] == "hf_assisted" for s in specs) else None
     bar = tqdm(total=len(specs) * len(prompts), disable=not progress, desc="bench", leave=False)
-    for spec in specs:
-        rows = []
-        for prompt, ids in zip(prompts, encoded):
-            row = {"prompt": prompt.id}
-            if spec["kind"] == "autoregressive":
-                _sync(target.device)
-                t0 = time.perf_counter()
-                out = autoregressive_generate(target, ids, temperature, top_p, max_new_tokens, seed=seed)
-                _sync(target.device)
-                row.update(tokens=out.num_tokens, seconds=time.perf_counter() - t0, tokens_per_step=1.0)
-            elif spec["kind"] == "hf_assisted":
-                toks, seconds = _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos,
-                                             spec.get("draft_tokens"))
-                row.update(tokens=len(toks), seconds=seconds)
-            else:
-                _sync(target.device)
-                t0 = time.perf_counter()
-                out = speculative_generate(target, draft, ids, verifier=spec["verifier"], shape=spec["parents"],
-                                           sampling=spec["sampling"], temperature=temperature, top_p=top_p,
-                                           max_new_tokens=max_new_tokens, seed=seed)
-                _sync(target.device)
-                row.update(tokens=out.num_tokens, seconds=time.perf_counter() - t0,
-                           tokens_per_step=out.tokens_per_step,
-                           draft_s=sum(s.draft_s for s in out.steps), target_s=sum(s.target_s for s in out.steps),
-                           verify_s=sum(s.verify_s for s in out.steps), steps=len(out.steps),
-                           tree_size=out.settings["tree_size"])
+    rows: dict[str, list[dict]] = {spec["name"]: [] for spec in specs}
+    for prompt, ids in zip(prompts, encoded):   # prompts outside, methods inside: a slow drift of the
+        for spec in specs:                      # machine's speed hits every method alike
+            row = {"prompt": prompt.id, **_run_method(spec, target, draft, ids, temperature, top_p,
+                                                      max_new_tokens, seed, eos)}
             row["tokens_per_s"] = row["tokens"] / row["seconds"] if row["seconds"] > 0 else float("nan")
-            rows.append(row)
+            rows[spec["name"]].append(row)
             bar.update(1)
-        summary = {k: _median([r[k] for r in rows]) for k in ("tokens_per_s", "tokens_per_step", "seconds", "tokens")
-                   if all(k in r for r in rows)}
+    for spec in specs:
+        method_rows = rows[spec["name"]]
+        summary = {k: _median([r[k] for r in method_rows]) for k in ("tokens_per_s", "tokens_per_step", "seconds", "tokens")
+                   if all(k in r for r in method_rows)}
         for k in ("draft_s", "target_s", "verify_s"):
-            if all(k in r for r in rows):
-                total = [r["seconds"] for r in rows]
-                summary[k.replace("_s", "_fraction")] = _median([r[k] / t for r, t in zip(rows, total) if t > 0])
+            if all(k in r for r in method_rows):
+                summary[k.replace("_s", "_fraction")] = _median([r[k] / r["seconds"] for r in method_rows
+                                                                 if r["seconds"] > 0])
+        if "autoregressive" in rows:   # paired: this method over autoregressive on the same prompt
+            summary["paired_speedup_vs_autoregressive"] = _median(
+                [r["tokens_per_s"] / a["tokens_per_s"] for r, a in zip(method_rows, rows["autoregressive"])])
         results[spec["name"]] = {**{k: v for k, v in spec.items() if k != "name"}, "median": summary,
-                                 "per_prompt": rows}
-        if spec["kind"] == "hf_assisted":
-            hf_settings["after"] = _hf_draft_settings(draft)
+                                 "per_prompt": method_rows}
+    if hf_settings is not None:
+        hf_settings["after"] = _hf_draft_settings(draft)
     bar.close()
     base = results.get("autoregressive", {}).get("median", {}).get("tokens_per_s")
     if base:
@@ -312,11 +321,12 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
 
 
 def format_table(report: dict) -> str:
-    lines = [f"{'method':<24} {'tok/s':>8} {'speedup':>8} {'tok/step':>9}"]
+    lines = [f"{'method':<24} {'tok/s':>8} {'speedup':>8} {'paired':>8} {'tok/step':>9}"]
     for name, r in report["methods"].items():
         m = r["median"]
         lines.append(f"{name:<24} {m.get('tokens_per_s', float('nan')):8.2f} "
                      f"{m.get('speedup_vs_autoregressive', float('nan')):8.2f} "
+                     f"{m.get('paired_speedup_vs_autoregressive', float('nan')):8.2f} "
                      f"{m.get('tokens_per_step', float('nan')):9.2f}")
     return "\n".join(lines)
 

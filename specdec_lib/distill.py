@@ -66,7 +66,7 @@ __all__ = [
     "DistillConfig", "Sample", "seed_instructions", "common_prefix_length", "sample_continuations",
     "save_samples", "load_samples", "topk_kl", "full_kl", "student_rows", "train_step",
     "acceptance_rate", "forward_time_ms", "trainable_parameters", "save_checkpoint", "load_checkpoint",
-    "export_draft", "load_exported", "measure_theory", "remeasure_export", "distill", "committed_record", "summary_table", "loss_curve_frame", "run_offline", "tiny_llama", "run_profile", "main",
+    "export_draft", "load_exported", "write_head_vocab", "measure_theory", "remeasure_export", "distill", "committed_record", "summary_table", "loss_curve_frame", "run_offline", "tiny_llama", "run_profile", "main",
 ]
 
 
@@ -730,12 +730,13 @@ def export_draft(student, out_dir: Path | str, record: dict, dtype: str = "bfloa
     return out
 
 
-def load_exported(target_model, out_dir: Path | str):
+def load_exported(target_model, out_dir: Path | str, head_vocab: bool = False):
     """Student built from ``target_model`` (HF module or LanguageModel) + ``layers.safetensors`` of
-    ``out_dir`` (the same as ``load_model("smollm2-135m-draft")`` does for the committed draft)."""
+    ``out_dir``; with ``head_vocab``, also its sub-vocabulary head when ``out_dir`` has one (then the
+    same as ``load_model("smollm2-135m-draft")`` for the committed draft). Training uses the full head."""
     from safetensors.torch import load_file
 
-    from .models.offline import build_student
+    from .models.offline import apply_head_vocab, build_student
 
     out = Path(out_dir)
     record = json.loads((out / RECORD_FILE).read_text())
@@ -746,6 +747,8 @@ def load_exported(target_model, out_dir: Path | str):
         raise ValueError(f"{out / LAYERS_FILE} does not match a {record['num_hidden_layers']}-layer student")
     dtype = student.get_input_embeddings().weight.dtype
     student.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    if head_vocab:
+        apply_head_vocab(student, out)
     return student.eval()
 
 
@@ -1074,12 +1077,33 @@ def _theory_extras():
     return lambda student, eval_samples: measure_theory(student, eval_samples)
 
 
+def write_head_vocab(export_dir: Path | str, run_dir: Path | str, size: int) -> dict:
+    """Write ``head_vocab.safetensors`` to ``export_dir``: the ``size`` most frequent tokens of the run's
+    target-generated training text (`subset_head.frequent_tokens`). Returns its description."""
+    from safetensors.torch import save_file
+
+    from .models.offline import DRAFT_HEAD_VOCAB_FILE
+    from .models.subset_head import frequent_tokens
+
+    shards = _shards(Path(run_dir))
+    if not shards:
+        raise ValueError(f"no training text under {Path(run_dir) / 'data'}: run the distillation first")
+    texts = [s.tokens.tolist() for path in shards for s in load_samples(path)]
+    ids = frequent_tokens(texts, size)
+    save_file({"vocab_ids": torch.tensor(ids, dtype=torch.int64)}, str(Path(export_dir) / DRAFT_HEAD_VOCAB_FILE))
+    return {"size": len(ids), "source": f"most frequent tokens of {sum(map(len, texts))} tokens of "
+                                        f"target-sampled training text ({len(texts)} sequences)"}
+
+
 def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path | str = DEFAULT_RUN_DIR,
                      target_model: str = TARGET_NAME, device=None, theory: bool = True,
-                     timing: bool = True, prefix_len: int = 100, repeats: int = 21) -> dict:
-    """Load the exported draft (`load_exported`), measure again on the run's held-out set (acceptance at
-    T = 1; optionally the Sequoia / ERSS vectors via `measure_theory` and the forward times) and update
-    its ``draft.json``. Returns the updated record."""
+                     timing: bool = True, prefix_len: int = 100, repeats: int = 21,
+                     head_vocab_size: int | None = None) -> dict:
+    """Load the exported draft as it is deployed (`load_exported` with its head vocabulary), measure
+    again on the run's held-out set (acceptance at T = 1; optionally the Sequoia / ERSS vectors via
+    `measure_theory` and the forward times) and update its ``draft.json``. ``head_vocab_size`` first
+    (re)writes the head vocabulary (`write_head_vocab`); the record then also holds the full head's
+    acceptance and the target's mass outside the subset, for comparison. Returns the updated record."""
     from .models import load_model
 
     export_dir, run_dir = Path(export_dir), Path(run_dir)
@@ -1087,9 +1111,20 @@ def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path 
     if not eval_path.is_file():
         raise ValueError(f"no held-out set at {eval_path}: run the distillation first")
     lm = load_model(target_model, device=device)
-    draft = load_exported(lm.model, export_dir)
     eval_samples = load_samples(eval_path)
     record = json.loads((export_dir / RECORD_FILE).read_text())
+    if head_vocab_size:
+        record["head_vocabulary"] = write_head_vocab(export_dir, run_dir, head_vocab_size)
+    draft = load_exported(lm.model, export_dir, head_vocab=True)
+    if "head_vocabulary" in record:
+        full = acceptance_rate(load_exported(lm.model, export_dir), eval_samples)
+        ids = draft.get_output_embeddings().vocab_ids
+        outside = [1.0 - float(_rows([s], continuation_only=True)[1].float().exp()[:, ids].sum(-1).mean())
+                   for s in eval_samples]
+        record["head_vocabulary"].update(full_head_acceptance=full["mean"], full_head_kl=full["kl"],
+                                         target_mass_outside=statistics.fmean(outside),
+                                         note="mean_kl below is of the subset head: q = 0 outside it "
+                                              "(clamped to 1e-30), so it is large by construction")
     res = acceptance_rate(draft, eval_samples)
     ev = record.setdefault("evaluation", {})
     ev.update({"mean_acceptance": res["mean"], "mean_kl": res["kl"], "positions": res["positions"],
@@ -1239,6 +1274,11 @@ def summary_table(record: dict, acceptance_goal: float = 0.6, cost_goal: float =
         "draft / target": ft.get("ratio"),
         f"cost goal <= {cost_goal}": (ft.get("ratio") or math.inf) <= cost_goal,
     }
+    head = record.get("head_vocabulary")
+    if head:
+        rows["head vocabulary (most frequent tokens)"] = head.get("size")
+        rows["held-out acceptance (T=1), full head"] = head.get("full_head_acceptance")
+        rows["target mass outside the head vocabulary"] = head.get("target_mass_outside")
     if "sequoia_positional_acceptance" in ev:
         rows["Sequoia p_1..p_4"] = [round(x, 3) for x in ev["sequoia_positional_acceptance"][:4]]
     if "erss_r_vector" in ev:
@@ -1262,6 +1302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of this invocation")
     ap.add_argument("--remeasure", action="store_true",
                     help="only re-measure the exported draft (acceptance, Sequoia / ERSS vectors, timings)")
+    ap.add_argument("--head-vocab", type=int, default=None,
+                    help="with --remeasure: (re)write the draft's head vocabulary, the N most frequent tokens")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--resume", action="store_true", help="continue the checkpoint and text in --run-dir")
     ap.add_argument("--run-dir", default=str(DEFAULT_RUN_DIR))
@@ -1281,7 +1323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
     if args.remeasure:
-        rec = remeasure_export(args.export_dir, args.run_dir, args.target, args.device)
+        rec = remeasure_export(args.export_dir, args.run_dir, args.target, args.device,
+                               head_vocab_size=args.head_vocab)
         print(json.dumps({k: rec["evaluation"].get(k) for k in (
             "mean_acceptance", "sequoia_positional_acceptance", "erss_r_vector")}, indent=1))
         return 0

@@ -396,6 +396,7 @@ def test_benchmark_smoke(target, draft2, tmp_path):
         assert median["tokens"] <= 3 and median["tokens_per_s"] > 0
     assert len(saved["methods"]["token/sequoia:6x3"]["parents"]) == 6
     assert report["methods"]["autoregressive"]["median"]["speedup_vs_autoregressive"] == 1.0
+    assert report["methods"]["autoregressive"]["median"]["paired_speedup_vs_autoregressive"] == 1.0
     hf = saved["parameters"]["hf_assisted_settings"]  # what HF resolved, not the unset config fields
     assert hf["before"]["num_assistant_tokens"] >= 1 and hf["after"]["num_assistant_tokens_schedule"]
     assert saved["parameters"]["small_batch_linears"] == {"target": target.small_batch_linears,

@@ -223,3 +223,13 @@ def test_measure_theory_first_position_is_the_acceptance_rate(target, samples):
     assert 0.0 < res["erss_r_vector"][0] <= acc + 0.05
     assert sum(res["sequoia_positional_acceptance"]) <= 1.0 + 1e-9
     assert res["theory_measurement"]["rows"] == sum(len(s.tokens) - s.prompt_len for s in samples)
+
+
+def test_summary_table_shows_goals_and_head_vocabulary():
+    record = {"num_hidden_layers": 2, "evaluation": {"mean_acceptance": 0.34},
+              "forward_time": {"draft_ms": 5.0, "target_ms": 60.0, "ratio": 5 / 60},
+              "head_vocabulary": {"size": 8192, "full_head_acceptance": 0.343, "target_mass_outside": 0.1}}
+    table = D.summary_table(record)["value"]
+    assert not table["acceptance goal >= 0.6"] and table["cost goal <= 0.25"]
+    assert table["head vocabulary (most frequent tokens)"] == 8192
+    assert "head vocabulary (most frequent tokens)" not in D.summary_table({})["value"]

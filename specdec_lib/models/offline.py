@@ -11,7 +11,8 @@ Draft (team contract, "offline draft format"): a ``LlamaForCausalLM`` with the t
 token embeddings (and so the tied LM head), with its own copy of the final norm.
 ``data/models/smollm2-135m-draft/layers.safetensors`` holds the student-specific tensors
 (``model.layers.{i}.*``, ``model.norm.weight``) and ``draft.json`` the number of layers and the
-training record.
+training record. An optional ``head_vocab.safetensors`` (``vocab_ids``: the draft's output tokens) makes
+the draft score only those tokens (`subset_head.SubsetHead`; -inf elsewhere).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DRAFT_DIR = REPO_ROOT / "data" / "models" / DRAFT_NAME
 DRAFT_LAYERS_FILE = "layers.safetensors"
 DRAFT_JSON_FILE = "draft.json"
+DRAFT_HEAD_VOCAB_FILE = "head_vocab.safetensors"
 
 __all__ = ["TARGET_NAME", "DRAFT_NAME", "DRAFT_DIR", "cache_dir", "gguf_path", "load_target",
-           "build_student", "student_state_dict", "load_draft", "draft_record"]
+           "build_student", "student_state_dict", "load_draft", "draft_record", "apply_head_vocab"]
 
 
 def cache_dir() -> Path:
@@ -149,6 +151,21 @@ def student_state_dict(student) -> dict[str, torch.Tensor]:
             if k.startswith("model.layers.") or k == "model.norm.weight"}
 
 
+def apply_head_vocab(student, directory: Path | str) -> int | None:
+    """If ``directory`` holds ``head_vocab.safetensors``, give ``student`` a `SubsetHead` over its
+    ``vocab_ids``; returns the subset size, or None (full head) when there is no such file."""
+    from safetensors.torch import load_file
+
+    from .subset_head import use_subset_head
+
+    path = Path(directory) / DRAFT_HEAD_VOCAB_FILE
+    if not path.is_file():
+        return None
+    ids = load_file(str(path))["vocab_ids"]
+    use_subset_head(student, ids)
+    return int(ids.numel())
+
+
 def draft_record(directory: Path | str = DRAFT_DIR) -> dict:
     """The contents of ``draft.json`` (number of layers, base model, training record)."""
     path = Path(directory) / DRAFT_JSON_FILE
@@ -181,4 +198,5 @@ def load_draft(target_lm: LanguageModel | None = None, device=None, dtype=None,
                          f"missing {missing[:4]}, unexpected {extra[:4]}")
     dtype_now = student.model.embed_tokens.weight.dtype
     student.load_state_dict({k: v.to(dtype_now) for k, v in state.items()}, strict=False)
+    apply_head_vocab(student, directory)
     return LanguageModel(student.eval(), target_lm.tokenizer, DRAFT_NAME)
