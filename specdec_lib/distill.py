@@ -713,7 +713,9 @@ def _student_tensors(student) -> dict[str, torch.Tensor]:
 def export_draft(student, out_dir: Path | str, record: dict, dtype: str = "bfloat16") -> Path:
     """Write the contract's draft format: ``layers.safetensors`` (``model.layers.{i}.*`` and
     ``model.norm.weight`` in ``dtype``) and ``draft.json`` (``record`` + ``num_hidden_layers``,
-    ``base_model``, ``dtype``). Atomic per file. Returns ``out_dir``."""
+    ``base_model``, ``dtype``). Atomic per file. Returns ``out_dir``. A ``head_vocab.safetensors`` already
+    in ``out_dir`` is kept and used when the draft is loaded; the record written here describes the
+    full head until `remeasure_export` (``--remeasure``) measures the draft as deployed."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
