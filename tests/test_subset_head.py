@@ -12,7 +12,7 @@ import torch
 from specdec_lib.exact import enumerate_drafts, max_abs_diff, target_law
 from specdec_lib.models.subset_head import SubsetHead, frequent_tokens, use_subset_head
 from specdec_lib.models.synthetic import MarkovLM, random_markov_pair
-from specdec_lib.tree import binary, chain_parents
+from specdec_lib.tree import DraftTree, binary, chain_parents
 from specdec_lib.verifiers import get_verifier
 
 
@@ -85,21 +85,18 @@ def _restricted(draft: MarkovLM, keep: list[int]) -> MarkovLM:
     return MarkovLM(cut(draft.initial), torch.stack([cut(r) for r in draft.transition]))
 
 
-@pytest.mark.parametrize("verifier,parents,sampling", [
-    ("token", tuple(chain_parents(3)), "iid"), ("block", tuple(chain_parents(3)), "iid"),
-    ("traversal", tuple(binary(2)), "iid"), ("token", tuple(binary(2)), "without_replacement"),
-    ("spectr", tuple(binary(2)), "iid")])
-def test_draft_on_a_subset_is_still_lossless(verifier, parents, sampling):
-    """Exact law of one step's first tokens (continued by the target) equals the target's, with a draft that
-    never proposes tokens 3 and 4 although the target gives them mass."""
-    target, draft = random_markov_pair(5, 0.6, seed=3, eos=False)
-    draft = _restricted(draft, [0, 1, 2])
-    assert float(target.initial[3:].sum()) > 0.05
+def _step_law_error(verifier, parents, sampling, relabel=None):
+    """Max |law - target law| of one step's first tokens (continued by the target) with a draft that never
+    proposes tokens 3 and 4 although the target gives them mass. ``relabel(tree)`` replaces the tree the
+    verifier sees (controls)."""
+    target, full_draft = random_markov_pair(5, 0.6, seed=3, eos=False)
+    draft = _restricted(full_draft, [0, 1, 2])
+    assert float(target.initial[3:].sum()) > 0.05 and float(target.transition[:, 3:].sum(1).min()) > 0.01
     v = get_verifier(verifier)
     depth = max(len(list(_ancestors(parents, i))) for i in range(len(parents))) + 1
     emitted = defaultdict(float)
     for prob, tree in enumerate_drafts(target, draft, (0,), list(parents), sampling):
-        law = v.law(tree, None)
+        law = v.law(relabel(tree, full_draft) if relabel else tree, None)
         toks = tree.tokens.tolist()
         nodes, ys = torch.nonzero(law > 0, as_tuple=True)
         for i, y, p in zip(nodes.tolist(), ys.tolist(), law[nodes, ys].tolist()):
@@ -108,7 +105,29 @@ def test_draft_on_a_subset_is_still_lossless(verifier, parents, sampling):
     for seq, p in emitted.items():
         for cont, pc in target_law(target, (0,) + seq, depth - len(seq)).items():
             out[seq + cont] += p * pc
-    assert max_abs_diff(dict(out), target_law(target, (0,), depth)) < 1e-9
+    return max_abs_diff(dict(out), target_law(target, (0,), depth))
+
+
+def _with_unrestricted_rows(tree, full_draft):
+    """Control: the tree verified with the full draft's rows, not the restricted rows it was drawn from
+    (a subset head whose q is not the one used for drafting)."""
+    rows = torch.stack([full_draft.transition[t] for t in tree.tokens.tolist()]).to(tree.draft_probs.dtype)
+    return DraftTree(tree.tokens, tree.parents, rows, tree.target_probs, tree.sampling)
+
+
+CASES = [("token", tuple(chain_parents(3)), "iid"), ("block", tuple(chain_parents(3)), "iid"),
+         ("traversal", tuple(binary(2)), "iid"), ("token", tuple(binary(2)), "without_replacement"),
+         ("spectr", tuple(binary(2)), "iid")]
+
+
+@pytest.mark.parametrize("verifier,parents,sampling", CASES)
+def test_draft_on_a_subset_is_still_lossless(verifier, parents, sampling):
+    assert _step_law_error(verifier, parents, sampling) < 1e-9
+
+
+@pytest.mark.parametrize("verifier,parents,sampling", CASES[:3])
+def test_control_verifying_with_the_wrong_rows_is_not_lossless(verifier, parents, sampling):
+    assert _step_law_error(verifier, parents, sampling, relabel=_with_unrestricted_rows) > 1e-3
 
 
 def _ancestors(parents, i):
