@@ -38,7 +38,7 @@ def test_transposed_head_copy_follows_weight_updates():
     x = torch.randn(1, 16)
     with torch.no_grad():
         first = fast(x)
-        assert fast._weight_t.shape == (16, 400)
+        assert fast._weight_t[1].shape == (16, 400)   # (key, transposed copy)
         fast.weight.mul_(-2.0)          # in place: the cached copy must be remade
         ref.weight.mul_(-2.0)
         torch.testing.assert_close(fast(x), ref(x), rtol=1e-5, atol=1e-5)

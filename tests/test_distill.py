@@ -233,3 +233,25 @@ def test_summary_table_shows_goals_and_head_vocabulary():
     assert not table["acceptance goal >= 0.6"] and table["cost goal <= 0.25"]
     assert table["head vocabulary (most frequent tokens)"] == 8192
     assert "head vocabulary (most frequent tokens)" not in D.summary_table({})["value"]
+
+
+def test_write_head_vocab_then_the_loaded_draft_scores_only_those_tokens(target, tmp_path):
+    from specdec_lib.models.hf import LanguageModel
+    from specdec_lib.models.offline import build_student, load_draft
+    from specdec_lib.models.subset_head import SubsetHead
+
+    run = tmp_path / "run"
+    text = [D.Sample(torch.tensor([5, 7, 7, 9, 7, 9]), 3, 2, None, torch.zeros(2, VOCAB)),
+            D.Sample(torch.tensor([3, 7, 11]), 1, 2, None, torch.zeros(1, VOCAB))]
+    D.save_samples(text, run / "data" / "train_0000.safetensors")
+    D.export_draft(build_student(target, 2), tmp_path, {}, dtype="float32")
+    info = D.write_head_vocab(tmp_path, run, 3)
+    assert info["size"] == 3 and "9 tokens" in info["source"]
+    assert D.load_exported(target, tmp_path).get_output_embeddings().__class__ is not SubsetHead  # training: full
+    draft = load_draft(LanguageModel(target, None, "tiny"), directory=tmp_path)
+    assert draft.vocab_size == VOCAB
+    with torch.no_grad():
+        logits = draft.model(torch.tensor([[1, 5, 7]])).logits
+    # counts: 7 x4, 9 x2, then 3, 5 and 11 once each (ties: smaller id first)
+    assert torch.isfinite(logits[0, -1]).nonzero().flatten().tolist() == [3, 7, 9]
+    assert D.load_exported(target, tmp_path, head_vocab=True).get_output_embeddings().vocab_ids.tolist() == [7, 9, 3]

@@ -25,35 +25,49 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SmallBatchLinear", "use_small_batch_linear", "use_torch_linear"]
+__all__ = ["SmallBatchLinear", "small_batch_linear", "derived_copy", "use_small_batch_linear", "use_torch_linear"]
 
 _WIDE_HEAD_RATIO = 8   # out_features >= 8 * in_features: an output head such as a vocabulary projection
 
 
+def derived_copy(owner: torch.nn.Module, name: str, weight: torch.Tensor, make) -> torch.Tensor:
+    """``make(weight)`` (no autograd), cached on ``owner`` under ``name`` and remade whenever ``weight``
+    changes (its version counter or storage)."""
+    key = (weight._version, weight.data_ptr())
+    cached = owner.__dict__.get(name)
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            cached = (key, make(weight.detach()))
+        owner.__dict__[name] = cached
+    return cached[1]
+
+
+def small_batch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                       weight_t=None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with the kernels of the module docstring on a CPU in float32 without
+    autograd: ``(W @ x.T).T`` for 2+ rows; for one row ``x @ weight_t()`` when ``weight_t`` (a callable
+    giving the contiguous transpose) is given, else ``x @ W.T``. Anything else: ``F.linear``."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or (torch.is_grad_enabled() and weight.requires_grad):
+        return F.linear(x, weight, bias)
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] > 1:
+        y = (weight @ rows.T).T
+    else:
+        y = rows @ (weight_t() if weight_t is not None else weight.T)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
 class SmallBatchLinear(torch.nn.Linear):
-    """``torch.nn.Linear`` whose CPU float32 inference forward picks a faster kernel (module docstring)."""
+    """``torch.nn.Linear`` whose CPU float32 inference forward picks a faster kernel (`small_batch_linear`);
+    a wide output head keeps a transposed copy of its weight for one-row inputs."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if w.device.type != "cpu" or w.dtype != torch.float32 or (torch.is_grad_enabled() and w.requires_grad):
-            return F.linear(x, w, self.bias)
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] == 1 and w.shape[0] >= _WIDE_HEAD_RATIO * w.shape[1]:
-            y = rows @ self._transposed_weight()
-        else:
-            y = (w @ rows.T).T if rows.shape[0] > 1 else rows @ w.T
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], w.shape[0])
-
-    def _transposed_weight(self) -> torch.Tensor:
-        w = self.weight
-        key = (w._version, w.data_ptr())
-        if getattr(self, "_weight_t_key", None) != key:
-            with torch.no_grad():
-                self._weight_t = w.detach().T.contiguous()
-            self._weight_t_key = key
-        return self._weight_t
+        wide = w.shape[0] >= _WIDE_HEAD_RATIO * w.shape[1]
+        transposed = (lambda: derived_copy(self, "_weight_t", w, lambda v: v.T.contiguous())) if wide else None
+        return small_batch_linear(x, w, self.bias, transposed)
 
 
 def use_small_batch_linear(model: torch.nn.Module) -> int:
@@ -73,7 +87,6 @@ def use_torch_linear(model: torch.nn.Module) -> int:
     for module in model.modules():
         if type(module) is SmallBatchLinear:
             module.__class__ = torch.nn.Linear
-            for name in ("_weight_t", "_weight_t_key"):
-                module.__dict__.pop(name, None)
+            module.__dict__.pop("_weight_t", None)
             count += 1
     return count
