@@ -29,7 +29,8 @@ __all__ = ["FeatureSample", "sample_with_features", "save_feature_samples", "loa
 
 @dataclass
 class FeatureSample:
-    """One sequence: ``tokens`` [n]; ``features`` [n, H] (target feature after each prefix);
+    """One sequence: ``tokens`` [n]; ``features`` [n - 1, H] (row j: the target's feature after
+    ``tokens[: j + 1]``; the last token's feature is never needed);
     ``topk_idx`` / ``topk_logp`` [n - 1, k]: row j is the target's next-token distribution after
     ``tokens[: j + 1]``; ``prompt_len`` prompt tokens (rows from ``prompt_len - 1`` on belong to the
     sampled continuation)."""
@@ -109,7 +110,7 @@ def sample_with_features(model, prompts: Sequence[Sequence[int]], max_new_tokens
     for b, p in enumerate(prompts):
         tokens = torch.as_tensor(list(p) + generated[b], dtype=torch.long)
         n = len(tokens)
-        samples.append(FeatureSample(tokens, len(p), torch.cat(feats[b])[:n],
+        samples.append(FeatureSample(tokens, len(p), torch.cat(feats[b])[: n - 1],
                                      torch.cat(rows_idx[b])[: n - 1], torch.cat(rows_logp[b])[: n - 1]))
     return samples
 
@@ -143,7 +144,7 @@ def load_feature_samples(path: Path | str) -> list[FeatureSample]:
     out, tok_at, row_at = [], 0, 0
     for n, plen in zip(t["lengths"].tolist(), t["prompt_lens"].tolist()):
         out.append(FeatureSample(t["tokens"][tok_at: tok_at + n].long(), int(plen),
-                                 t["features"][tok_at: tok_at + n],
+                                 t["features"][row_at: row_at + n - 1],
                                  t["topk_idx"][row_at: row_at + n - 1].long(),
                                  t["topk_logp"][row_at: row_at + n - 1]))
         tok_at += n

@@ -221,12 +221,9 @@ class KVSession:
                                + [root_pos + depth[i] for i in feed], dtype=torch.long)
             new_slot = {i: base + len(pending) + k for k, i in enumerate(feed)}
             mask = self._mask(parents, feed, new_slot, len(pending), base)
-            out = self.lm.model(input_ids=ids[None].to(self.lm.device),
-                                position_ids=pos[None].to(self.lm.device),
-                                attention_mask=mask, past_key_values=self.cache, use_cache=True)
+            logits_new = self._forward(ids, pos, mask, len(pending), feed, parents)
             self.cached += len(pending)
             self.slots.update(new_slot)
-            logits_new = out.logits[0, len(pending):].float()
             row_of = {i: k for k, i in enumerate(feed)}
         else:
             logits_new, row_of = None, {}
@@ -235,6 +232,15 @@ class KVSession:
             raise ValueError(f"tree nodes {missing} were already scored; their logits are not kept")
         idx = torch.tensor([row_of[i] for i in nodes], dtype=torch.long, device=logits_new.device)
         return logits_new.index_select(0, idx)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask, n_pending: int, feed: list[int],
+                 parents: list[int]) -> torch.Tensor:
+        """One forward of ``n_pending`` pending fixed tokens and the tree nodes ``feed`` through the
+        cache; returns the float32 logits of the fed nodes (a subclass may feed more than token ids:
+        `eagle.session`)."""
+        out = self.lm.model(input_ids=ids[None].to(self.lm.device), position_ids=pos[None].to(self.lm.device),
+                            attention_mask=mask, past_key_values=self.cache, use_cache=True)
+        return out.logits[0, n_pending:].float()
 
     def _mask(self, parents, feed, new_slot, n_pending, base):
         """Float tree mask over [cache (base entries), pending, fed nodes], or None when the new
@@ -290,7 +296,7 @@ class KVSession:
                 raise ValueError(f"path {path} is not a root-to-node path of the tree")
             prev = i
         keep = []
-        for i in [0] + path:
+        for i in self._nodes_to_keep(path):
             if i in self.slots:
                 keep.append(self.slots[i])
             else:
@@ -302,6 +308,11 @@ class KVSession:
         self.fixed.extend(emitted)
         self.tree_tokens, self.tree_parents, self.slots = [], [], {}
         return emitted
+
+    def _nodes_to_keep(self, path: list[int]) -> list[int]:
+        """The tree nodes whose keys and values stay cached at commit (the root and the accepted path;
+        a subclass that fed the path with provisional inputs keeps only the root)."""
+        return [0] + path
 
     def _keep_cache(self, prefix: int, slots: list[int]) -> None:
         total = self._cache_len()

@@ -1,0 +1,147 @@
+"""The feature-conditioned draft ``smollm2-135m-eagle`` (EAGLE family; Li et al. 2024, Sec. 4).
+
+At position j the draft reads the token x_j and a feature f_{j-1}: the target's final hidden state
+after its last norm at the previous position (the vector the tied LM head multiplies), or, deeper in
+a drafted tree where the target has not run yet, the draft's own output at the parent node. Its
+input embedding is
+
+    e_j = E[x_j] + W · RMSNorm(f_{j-1})          (W zero-initialised; f = 0 at a sequence start)
+
+followed by the decoder layers and final norm of the project's independent 2-layer draft (which it
+starts from, so at initialisation it *is* that draft) and the target's tied head (optionally the
+8192-token sub-vocabulary head, lossless: `models.subset_head`). Its output h_j (post-norm) gives
+q_{j+1} = softmax(head(h_j)) and is the feature handed to the children of node j.
+
+Files (``data/models/smollm2-135m-eagle/``): ``feature_draft.safetensors`` (decoder layers, final
+norm, ``feature_norm.weight``, ``inject.weight``), ``head_vocab.safetensors`` and ``draft.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..models.offline import REPO_ROOT, build_student, student_state_dict
+
+__all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
+           "load_feature_draft"]
+
+EAGLE_NAME = "smollm2-135m-eagle"
+EAGLE_DIR = REPO_ROOT / "data" / "models" / EAGLE_NAME
+WEIGHTS_FILE = "feature_draft.safetensors"
+RECORD_FILE = "draft.json"
+HEAD_VOCAB_FILE = "head_vocab.safetensors"
+
+
+class FeatureDraft(nn.Module):
+    """``student``: a ``LlamaForCausalLM`` sharing the target's embeddings and tied head (see
+    `models.offline.build_student`); ``feature_norm`` / ``inject``: the feature input."""
+
+    def __init__(self, student):
+        super().__init__()
+        hidden = int(student.config.hidden_size)
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        self.student = student
+        weight = student.get_input_embeddings().weight
+        self.feature_norm = LlamaRMSNorm(hidden, eps=student.config.rms_norm_eps).to(weight.device, weight.dtype)
+        self.inject = nn.Linear(hidden, hidden, bias=False).to(weight.device, weight.dtype)
+        nn.init.zeros_(self.inject.weight)
+
+    @property
+    def config(self):
+        return self.student.config
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.student.config.hidden_size)
+
+    def forward(self, input_ids: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, past_key_values=None, use_cache: bool = False):
+        """``input_ids`` [B, n], ``features`` [B, n, H] (the feature read at each position),
+        ``position_ids`` [B, n]; ``attention_mask`` a float mask [B, 1, n, C + n] or None (causal).
+        Returns (hidden [B, n, H] after the final norm, the KV cache)."""
+        embeds = self.student.get_input_embeddings()(input_ids)
+        feats = features.to(embeds.dtype)
+        embeds = embeds + self.inject(self.feature_norm(feats))
+        out = self.student.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=attention_mask,
+                                 past_key_values=past_key_values, use_cache=use_cache)
+        return out.last_hidden_state, out.past_key_values
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the full vocabulary (-inf outside a sub-vocabulary head)."""
+        return self.student.lm_head(hidden)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The tensors stored in ``feature_draft.safetensors``."""
+        state = {f"student.{k}": v for k, v in student_state_dict(self.student).items()}
+        state["feature_norm.weight"] = self.feature_norm.weight.detach().contiguous()
+        state["inject.weight"] = self.inject.weight.detach().contiguous()
+        return state
+
+
+def _num_layers(state: dict) -> int:
+    return 1 + max(int(k.split(".")[3]) for k in state if k.startswith("student.model.layers."))
+
+
+def build_feature_draft(target_lm, init_dir: Path | str | None = None) -> FeatureDraft:
+    """A `FeatureDraft` on the target's device and dtype, its layers copied from the independent draft
+    in ``init_dir`` (default: ``data/models/smollm2-135m-draft``) and its feature input zero."""
+    from safetensors.torch import load_file
+
+    from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE
+
+    init_dir = Path(init_dir) if init_dir is not None else DRAFT_DIR
+    layers = load_file(str(init_dir / DRAFT_LAYERS_FILE))
+    num = 1 + max(int(k.split(".")[2]) for k in layers if k.startswith("model.layers."))
+    target = target_lm.model if hasattr(target_lm, "model") and hasattr(target_lm, "tokenizer") else target_lm
+    student = build_student(target, num)
+    dtype = student.get_input_embeddings().weight.dtype
+    student.load_state_dict({k: v.to(dtype) for k, v in layers.items()}, strict=False)
+    return FeatureDraft(student)
+
+
+def export_feature_draft(draft: FeatureDraft, out_dir: Path | str, record: dict,
+                         head_vocab: torch.Tensor | None = None) -> Path:
+    """Write the weights (bfloat16), the head vocabulary and ``draft.json`` to ``out_dir``."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in draft.trainable_state().items()},
+              str(out_dir / WEIGHTS_FILE))
+    if head_vocab is not None:
+        save_file({"vocab_ids": head_vocab.to(torch.int64).contiguous()}, str(out_dir / HEAD_VOCAB_FILE))
+    (out_dir / RECORD_FILE).write_text(json.dumps(record, indent=1))
+    return out_dir
+
+
+def load_feature_draft(target_lm, directory: Path | str = EAGLE_DIR, subset_head: bool = True) -> FeatureDraft:
+    """The exported feature draft on the target's device and dtype (with its sub-vocabulary head when
+    ``head_vocab.safetensors`` is there and ``subset_head``)."""
+    from safetensors.torch import load_file
+
+    from ..models.subset_head import use_subset_head
+
+    directory = Path(directory)
+    path = directory / WEIGHTS_FILE
+    if not path.is_file():
+        raise ValueError(f"the feature draft is not there: {path} is missing; train it with "
+                         f"python -m specdec_lib.eagle.train")
+    state = load_file(str(path))
+    target = target_lm.model if hasattr(target_lm, "tokenizer") else target_lm
+    student = build_student(target, _num_layers(state))
+    draft = FeatureDraft(student)
+    expected = set(draft.trainable_state())
+    if set(state) != expected:
+        raise ValueError(f"{path} does not match a {_num_layers(state)}-layer feature draft: missing "
+                         f"{sorted(expected - set(state))[:4]}, unexpected {sorted(set(state) - expected)[:4]}")
+    dtype = student.get_input_embeddings().weight.dtype
+    draft.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+    vocab = directory / HEAD_VOCAB_FILE
+    if subset_head and vocab.is_file():
+        use_subset_head(student, load_file(str(vocab))["vocab_ids"])
+    return draft.eval()
