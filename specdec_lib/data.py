@@ -1,11 +1,14 @@
 """Prompt sets: the project's own prompts (data/prompts/prompts.jsonl) and named public datasets.
 
-The project's prompts were written for this workbook: 84 prompts, 12 in each of seven categories
-(writing, qa, reasoning, math, code, translation (English to German / Romanian / French) and
-summarization (a passage plus an instruction)), one JSON object per line with ``id``, ``category``,
-``split`` and ``text``. Every fourth prompt of a category is held out (21 held-out, 63 train), so the
-split is stratified by category: drafts are trained / acceptance vectors measured on ``train`` and
-speed is measured on ``heldout``.
+The project's prompts were written for this workbook: 312 prompts, 24 in each of Spec-Bench's 13 task
+categories (``CATEGORIES``: writing, roleplay, reasoning, math, coding, extraction, stem, humanities,
+translation (English to German / French / Romanian / Spanish), summarization (an instruction plus a
+passage), qa, math_reasoning (word problems) and rag (retrieved documents plus a question)), one JSON
+object per line with ``id`` (``<category>-NN``), ``category``, ``split`` and ``text``. The split is
+stated in each row's ``split`` field and is stratified by category: 12 prompts of every category are
+``heldout`` and 12 are ``train`` (156 / 156). In each category positions 03, 07, 11 (the original
+every-fourth rule of the first 12 prompts) and 13-15, 17-19, 21-23 are held out. Drafts are trained /
+acceptance vectors measured on ``train`` and speed is measured on ``heldout``.
 
 `load_dataset_prompts` reads the public datasets the papers use (C4, OpenWebText, CNN/DailyMail,
 WMT16, MT-Bench) through ``datasets`` (streaming, only the first rows are read) when a network is
@@ -24,7 +27,8 @@ __all__ = ["Prompt", "CATEGORIES", "SPLITS", "PROMPTS_FILE", "DATASETS", "load_p
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMPTS_FILE = REPO_ROOT / "data" / "prompts" / "prompts.jsonl"
-CATEGORIES = ("writing", "qa", "reasoning", "math", "code", "translation", "summarization")
+CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities", "translation",
+              "summarization", "qa", "math_reasoning", "rag")  # Spec-Bench's task categories, in its order
 SPLITS = ("train", "heldout", "all")
 
 
@@ -51,19 +55,27 @@ def read_jsonl(path: Path | str) -> list[dict]:
     return rows
 
 
-def load_prompts(split: str = "heldout", category: str | None = None, path: Path | str | None = None) -> list[Prompt]:
-    """The project's prompts of ``split`` ("train" | "heldout" | "all"), optionally one ``category``."""
+def load_prompts(split: str = "heldout", category: str | None = None, path: Path | str | None = None,
+                 per_category: int | None = None) -> list[Prompt]:
+    """The project's prompts of ``split`` ("train" | "heldout" | "all"), optionally one ``category``;
+    ``per_category`` keeps only the first that many prompts (file order) of each category."""
+    if per_category is not None and int(per_category) < 0:
+        raise ValueError(f"per_category must be >= 0, got {per_category}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
     if category is not None and category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}; expected one of {CATEGORIES}")
     prompts = []
+    taken: dict[str, int] = {}
     for row in read_jsonl(path or PROMPTS_FILE):
         missing = {"id", "category", "split", "text"} - set(row)
         if missing:
             raise ValueError(f"prompt row {row.get('id', row)!r} lacks {sorted(missing)}")
         p = Prompt(str(row["id"]), str(row["category"]), str(row["text"]), str(row["split"]))
         if (split == "all" or p.split == split) and (category is None or p.category == category):
+            if per_category is not None and taken.get(p.category, 0) >= int(per_category):
+                continue
+            taken[p.category] = taken.get(p.category, 0) + 1
             prompts.append(p)
     return prompts
 

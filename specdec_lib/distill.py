@@ -241,6 +241,82 @@ _CODE_TASKS = [
 ]
 _CODE_LANGS = ["Python", "Python", "Python", "JavaScript", "C", "Java", "Rust", "Go"]
 _NAMES = ["Anna", "Ben", "Carl", "Dina", "Eva", "Finn", "Gina", "Hugo", "Ines", "Jon", "Kim", "Lea", "Max", "Nora"]
+_ROLES = [
+    "a patient museum guide", "a ship's cook in the 1700s", "a friendly hotel receptionist",
+    "a strict but fair chess coach", "a wizard who runs a small bakery", "a customer support agent for a bank",
+    "a retired astronaut visiting a school",
+    "a park ranger", "a detective in 1920s London", "a nervous first-time actor backstage", "a tour guide in Kyoto",
+    "a veterinarian", "a pirate captain", "a medieval innkeeper", "a robot butler", "a football manager after a loss",
+    "a kind grandmother", "a personal finance advisor", "a lighthouse keeper", "a barista in a busy cafe",
+]
+_ROLE_REQUESTS = [
+    "A visitor asks you about {t}. Respond in character.", "Someone asks for your advice on {t}. Respond to them.",
+    "A child asks you a question about {t}. Answer in a way they will understand.",
+    "A customer complains about {t}. Respond politely and helpfully.",
+    "Give a short speech about {t} to the people around you.",
+    "A stranger wants to know your opinion of {t}. Respond in character.",
+]
+_EXTRACT_TEXTS = [
+    "Hi team, the budget review moves to Tuesday 4 June at 10:00 in room 2.14. Omar will present the figures and "
+    "Keiko will take notes. Please send questions to finance@example.com before Monday.",
+    "Order #58213: 2 x cotton T-shirt (12.50 each), 1 x canvas bag (8.00), 3 x socks (4.20 each). Shipping 3.95. "
+    "Delivered to 7 Willow Road, Leeds on 18 May.",
+    "Dr Amara Osei, a marine biologist at the University of Cape Town, and Professor Lars Berg of Uppsala University "
+    "presented their joint study on Atlantic cod at a conference in Bergen in October 2022.",
+    "The apartment has two bedrooms, a balcony facing south and a small garden. Rent is 1,150 euros a month, "
+    "heating included. It is available from 1 August and pets are allowed.",
+    "Match report: the Falcons beat the Rovers 78-71. Jo Park scored 24 points, Ana Ruiz added 17 and Ben Cole "
+    "grabbed 11 rebounds. The next game is on Saturday against the Tigers.",
+    "Take one tablet twice a day after meals for seven days. Do not exceed four tablets in 24 hours. Store below "
+    "25 degrees Celsius and keep out of the reach of children.",
+]
+_EXTRACT_ASKS = [
+    "Extract all the numbers in the following text and what each refers to, as a JSON list.",
+    "Extract the people, places and organisations mentioned in the following text as JSON with the keys "
+    "\"people\", \"places\" and \"organisations\".",
+    "Extract the key facts from the following text as a bulleted list.",
+    "Extract the events in the following text, in order, as a numbered list.",
+    "Extract any dates, times and prices from the following text as JSON.",
+]
+_STEM_TASKS = [
+    "Explain how {t} works, step by step.", "What physical or chemical principles are behind {t}?",
+    "Describe the main engineering challenges in designing {t}.", "Explain {t} to a first-year university student.",
+    "What are the key equations or quantities used to describe {t}? Explain what each means.",
+    "How would you design a simple experiment to study {t}?",
+]
+_STEM_TOPICS = [
+    "a refrigerator", "a wind turbine", "a nuclear fusion reactor", "the human lungs", "a microwave oven",
+    "solar panels",
+    "photosynthesis", "an electric motor", "a bicycle's gears", "DNA replication", "ocean tides", "a rocket engine",
+    "a touchscreen", "the immune response to a virus", "a hydraulic press", "semiconductors", "lightning",
+    "a water treatment plant", "antibiotics", "a computer's memory", "sound waves", "an airplane wing",
+    "rust and corrosion", "a seismometer", "nerve signals", "a hydroelectric dam",
+]
+_HUMANITIES_TASKS = [
+    "What were the causes and consequences of {t}?", "Explain the main ideas of {t}.",
+    "Why is {t} still discussed today?", "Describe the historical context of {t}.",
+    "What can {t} teach us about the society that produced it?", "Compare {t} with a similar movement or period.",
+]
+_HUMANITIES_TOPICS = [
+    "the Reformation", "Stoicism", "Cubism", "the Hundred Years' War", "Greek mythology", "the Enlightenment",
+    "the Meiji Restoration", "Romanticism in poetry", "the abolition of slavery", "Buddhist philosophy",
+    "the Mughal Empire", "the French Revolution", "Gothic novels", "the Cold War", "Byzantine art",
+    "the scientific revolution", "the Tang dynasty", "modernist literature", "the American civil rights movement",
+    "Renaissance humanism", "Aristotle's ethics", "the Aztec civilisation", "Dutch Golden Age painting",
+    "the fall of Constantinople",
+]
+_PASSAGE_QUESTIONS = [  # one question per entry of _PASSAGES, answerable from that passage alone
+    "What does the bakery do with its unsold bread, and how many other shops joined?",
+    "How far did the whales travel in one season?", "How many pupils does the village school have now?",
+    "What happened to the number of cyclists on the river route after six months?",
+    "How long did the power cut last, and who organised the shared dinner?",
+    "How many people voted on which painting to restore, and what did the restoration reveal?",
+    "What materials is the cheap water filter made of?",
+    "By how many goals did the small-town football club lose the cup final?",
+    "When did a short walk make people feel more alert, according to the researchers?",
+    "Who wrote the letters found in the attic, and to whom?", "By how much did the LED lights cut the lighting bill?",
+    "What does the teenager's robot do, and what prize did it win?",
+]
 
 
 def _math_prompt(rng: random.Random) -> str:
@@ -277,11 +353,36 @@ def _reasoning_prompt(rng: random.Random) -> str:
     return rng.choice(forms)
 
 
+def _math_word_problem(rng: random.Random) -> str:
+    x, y = rng.sample(_NAMES, 2)
+    a, b, c = rng.randint(3, 40), rng.randint(2, 12), rng.randint(2, 9)
+    item = rng.choice(["apples", "books", "stickers", "marbles", "pencils", "cookies", "stamps"])
+    forms = [
+        f"{x} has {a} {item}. {y} has {c} times as many. {y} gives away {b}. How many {item} does {y} have left?",
+        f"{x} buys {c} {item} at {b} euros each and pays with a {10 * ((b * c) // 10 + 1)}-euro note. "
+        f"How much change does {x} get?",
+        f"A bus carries {a} passengers. At the first stop {b} get off and {c} get on. At the second stop half of the "
+        f"passengers get off, rounded down. How many passengers are left on the bus?",
+        f"{x} saves {b * 5} euros every month and wants to buy something that costs {b * 5 * c + a} euros. How many "
+        f"months must {x} save?",
+        f"A farm has {a} cows and {b} times as many chickens. How many legs do the animals have altogether?",
+        f"{x} reads {b} pages a day. The book has {b * (a + c)} pages and {x} has already read {b * c}. How many more "
+        f"days does {x} need to finish it?",
+        f"A recipe for {c} people uses {b * 50} g of flour. How much flour is needed for {c * 2 + 1} people?",
+        f"{x} is {a} years old and {y} is {b} years older. What will the sum of their ages be in {c} years?",
+        f"A shop sells {item} in packs of {c}. A teacher needs {a * 2 + 1} {item} for a class. How many packs must "
+        f"she buy, and how many {item} will be left over?",
+    ]
+    return rng.choice(forms)
+
+
 def seed_instructions(n: int, seed: int = 0) -> list[str]:
     """``n`` varied self-made user instructions, a deterministic function of ``seed``: open tasks x
-    topics (writing, explanation, qa), stand-alone questions, templated arithmetic and logic puzzles,
-    translations of everyday sentences, summaries of short passages and small coding tasks (the
-    categories of the project's prompt set). Used next to the project's training prompts for variety."""
+    topics (writing, explanation, qa), stand-alone questions, templated arithmetic, word problems and
+    logic puzzles, translations of everyday sentences, summaries of short passages, small coding tasks,
+    role-play requests, extraction from short texts, science / engineering and humanities questions and
+    questions over retrieved documents (the 13 categories of the project's prompt set). Used next to the
+    project's training prompts for variety."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(seed)
@@ -292,8 +393,23 @@ def seed_instructions(n: int, seed: int = 0) -> list[str]:
     summaries = [f"{ins}\n\n{p}" for p in _PASSAGES for ins in _INSTRUCTIONS_SUM]
     code = [f"Write a {lang} function that {task}." for task in _CODE_TASKS for lang in _CODE_LANGS]
     generated = [_math_prompt(rng) for _ in range(max(1, n // 6))] + [_reasoning_prompt(rng) for _ in range(max(1, n // 8))]
+    roleplay = [f"You are {role}. {req.format(t=rng.choice(_TOPICS))}" for role in _ROLES for req in _ROLE_REQUESTS]
+    extraction = [f"{ask}\n\n{text}" for text in _EXTRACT_TEXTS + _PASSAGES for ask in _EXTRACT_ASKS]
+    stem = [task.format(t=topic) for task in _STEM_TASKS for topic in _STEM_TOPICS]
+    humanities = [task.format(t=topic) for task in _HUMANITIES_TASKS for topic in _HUMANITIES_TOPICS]
+    word_problems = [_math_word_problem(rng) for _ in range(max(1, n // 8))]
+    rag = []
+    for i, question in enumerate(_PASSAGE_QUESTIONS):  # the passage answering it among 1-3 distractors
+        for _ in range(3):
+            others = rng.sample([p for j, p in enumerate(_PASSAGES) if j != i], rng.randint(1, 3))
+            docs = others + [_PASSAGES[i]]
+            rng.shuffle(docs)
+            body = "\n".join(f"Document {k}: {d}" for k, d in enumerate(docs, 1))
+            rag.append(f"Answer the question using only the retrieved documents below.\n\n{body}\n\n"
+                       f"Question: {question}")
     # tasks x topics dominate the combinations; keep them to about half of the mix
-    pool = list(_STANDALONE) + combos[: max(n // 2, 1)] + translations + summaries + code + generated
+    pool = (list(_STANDALONE) + combos[: max(n // 2, 1)] + translations + summaries + code + generated
+            + roleplay + extraction + stem + humanities + word_problems + rag)
     rng.shuffle(pool)
     out = []
     while len(out) < n:

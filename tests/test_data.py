@@ -12,23 +12,39 @@ from specdec_lib.data import CATEGORIES, load_dataset_prompts, load_prompts, rea
 
 def test_project_prompts_cover_every_category_and_split():
     everything = load_prompts("all")
-    assert len(everything) >= 80
+    assert len(everything) == 312 and len(CATEGORIES) == 13
+    assert CATEGORIES == ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+                          "translation", "summarization", "qa", "math_reasoning", "rag")  # Spec-Bench's order
     assert len({p.id for p in everything}) == len(everything)
+    assert len({p.text for p in everything}) == len(everything)
     assert all(p.text.strip() and p.split in ("train", "heldout") for p in everything)
+    assert all(p.id.startswith(p.category + "-") for p in everything)
     by_cat = Counter(p.category for p in everything)
-    assert set(by_cat) == set(CATEGORIES)
+    assert by_cat == {cat: 24 for cat in CATEGORIES}
     held = load_prompts("heldout")
     train = load_prompts("train")
-    assert len(held) + len(train) == len(everything)
-    assert 0.2 <= len(held) / len(everything) <= 0.3
-    for cat in CATEGORIES:  # stratified: about a quarter of every category is held out
-        h = len(load_prompts("heldout", cat))
-        assert h >= 1 and abs(h - by_cat[cat] / 4) <= 1
-    assert all(p.category == "code" for p in load_prompts("train", "code"))
+    assert len(held) == len(train) == 156 and len(held) + len(train) == len(everything)
+    assert not {p.id for p in held} & {p.id for p in train}
+    for cat in CATEGORIES:  # stratified: half of every category is held out
+        assert len(load_prompts("heldout", cat)) == 12 and len(load_prompts("train", cat)) == 12
+    assert all(p.category == "coding" for p in load_prompts("train", "coding"))
     langs = " ".join(p.text for p in load_prompts("all", "translation"))
-    assert all(lang in langs for lang in ("German", "Romanian", "French"))
-    assert all("\n\n" in p.text for p in load_prompts("all", "summarization"))  # instruction + passage
+    assert all(lang in langs for lang in ("German", "Romanian", "French", "Spanish"))
+    for cat in ("summarization", "extraction", "rag"):  # instruction + passage / documents
+        assert all("\n\n" in p.text for p in load_prompts("all", cat)), cat
+    assert all("Question:" in p.text and "Document 2:" in p.text for p in load_prompts("all", "rag"))
+    assert all(p.text.startswith("You are") for p in load_prompts("all", "roleplay"))
+    assert max(len(p.text.split()) for p in everything) <= 120  # short enough for a small chat model
     assert len(read_jsonl(PROMPTS_FILE)) == len(everything)
+
+
+def test_per_category_keeps_the_first_prompts_of_each_category():
+    two = load_prompts("heldout", per_category=2)
+    assert len(two) == 2 * len(CATEGORIES)
+    assert Counter(p.category for p in two) == {cat: 2 for cat in CATEGORIES}
+    assert [p.id for p in two if p.category == "writing"] == [p.id for p in load_prompts("heldout", "writing")[:2]]
+    assert load_prompts("all", "math", per_category=0) == []
+    assert len(load_prompts("train", per_category=100)) == 156
 
 
 def test_bad_arguments():
@@ -36,6 +52,10 @@ def test_bad_arguments():
         load_prompts("test")
     with pytest.raises(ValueError, match="category"):
         load_prompts("all", "poetry")
+    with pytest.raises(ValueError, match="category"):
+        load_prompts("all", "code")  # renamed to "coding"
+    with pytest.raises(ValueError, match="per_category"):
+        load_prompts("all", per_category=-1)
     with pytest.raises(ValueError, match="unknown dataset"):
         load_dataset_prompts("imagenet")
 
