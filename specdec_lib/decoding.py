@@ -160,6 +160,15 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
     return parents if is_level_order(parents) else level_order(parents)
 
 
+def paired_sessions(target, draft, prompt: list[int]):
+    """The target's and the draft's sessions for one generation. A draft that reads the target's
+    features (``draft.paired_sessions``, e.g. `eagle.session.FeatureDraftLM`) builds both, so the
+    target's verification pass hands its features to the draft."""
+    if hasattr(draft, "paired_sessions"):
+        return draft.paired_sessions(target, prompt)
+    return target.session(prompt), draft.session(prompt)
+
+
 def _sync(*lms) -> None:
     for lm in lms:
         if lm.device.type == "cuda":
@@ -234,7 +243,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
         _check_length(lm, prompt, max(1, max_depth))
     eos = _resolve_eos(eos_token_id, ignore_eos, target)
     gen = torch.Generator().manual_seed(int(seed))
-    tsess, dsess = target.session(prompt), draft.session(prompt)
+    tsess, dsess = paired_sessions(target, draft, prompt)
     T, p = float(temperature), float(top_p)
     timing = {"target": 0.0}
 

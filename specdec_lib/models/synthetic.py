@@ -12,6 +12,8 @@ end-of-sequence token, then once EOS occurs in the context the model is a point 
 * `TabularLM`: an explicit finite tree of contexts (ASpS Tables 2-4), every unlisted context ends.
 * `random_markov_pair`: a random (target, draft) pair with tunable mismatch and an EOS token.
 * `tempered`: temperature scaling ``p^(1/T)`` renormalised; ``T = 0`` is the one-hot argmax.
+* `FeatureToyDraft`: a draft that reads the target's state, as the EAGLE-style feature draft does
+  (`specdec_lib.eagle`): its rows depend on where the drafted tree is rooted (`FeatureToyDraft.rooted`).
 
 Returned tensors are cached per context: treat them as read-only.
 """
@@ -24,7 +26,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-__all__ = ["ToyLM", "ContextIndependentLM", "MarkovLM", "TabularLM", "random_markov_pair", "tempered"]
+__all__ = ["ToyLM", "ContextIndependentLM", "MarkovLM", "TabularLM", "random_markov_pair", "tempered",
+           "FeatureToyDraft"]
 
 
 def _as_distribution(values, vocab_size: int | None, what: str) -> torch.Tensor:
@@ -190,3 +193,57 @@ def random_markov_pair(vocab_size: int, mismatch: float, seed: int, eos: bool = 
     target = MarkovLM(target_rows[0], target_rows[1:], eos_id)
     draft = MarkovLM(draft_rows[0], draft_rows[1:], eos_id)
     return target, draft
+
+
+class FeatureToyDraft(ToyLM):
+    """The feature-draft protocol on a tiny vocabulary (`specdec_lib.eagle.session`).
+
+    A tree is rooted at the last fixed token c[-1]. The draft reads the target's "feature" before the
+    root, here the target's row after c[:-1] (uniform when c has one token), and from there on only
+    its own predicted features: ``h(root) = mix(f, c[-1])``, ``h(node) = mix(h(parent), token)``,
+    with ``mix(h, x) = normalise(h ** sharpness * weights[x])`` for fixed positive random
+    ``weights``; the draft row at a node is its h. So the same context gets different rows depending
+    on where the tree is rooted: `rooted` (prefix) returns the draft as seen by a tree rooted after
+    ``prefix``; ``probs(context)`` is the row at a root (``rooted(context).probs(context)``).
+    The exact harness (`specdec_lib.exact`) drafts each step with ``rooted(prefix)``.
+    """
+
+    def __init__(self, target: ToyLM, seed: int = 0, sharpness: float = 0.8):
+        super().__init__(target.vocab_size, target.eos_token_id)
+        rng = np.random.default_rng(seed)
+        self.target = target
+        self.weights = torch.as_tensor(rng.gamma(1.0, 1.0, size=(target.vocab_size, target.vocab_size)) + 1e-3,
+                                       dtype=torch.float64)
+        self.sharpness = float(sharpness)
+
+    def mix(self, h: torch.Tensor, token: int) -> torch.Tensor:
+        row = h.clamp(min=0.0) ** self.sharpness * self.weights[int(token)]
+        return row / row.sum()
+
+    def root_feature(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        if len(prefix) < 2:
+            return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
+        return self.target.probs(prefix[:-1])
+
+    def rooted(self, prefix) -> ToyLM:
+        return _RootedFeatureDraft(self, tuple(int(t) for t in prefix))
+
+    def _next(self, context):
+        return self.rooted(context).probs(context)
+
+
+class _RootedFeatureDraft(ToyLM):
+    def __init__(self, draft: FeatureToyDraft, prefix: tuple[int, ...]):
+        super().__init__(draft.vocab_size, draft.eos_token_id)
+        if not prefix:
+            raise ValueError("a tree needs a root: the prefix is empty")
+        self.draft, self.prefix = draft, prefix
+
+    def _next(self, context):
+        n = len(self.prefix)
+        if context[:n] != self.prefix:
+            raise ValueError(f"context {context} does not extend the tree's root prefix {self.prefix}")
+        h = self.draft.mix(self.draft.root_feature(self.prefix), self.prefix[-1])
+        for token in context[n:]:
+            h = self.draft.mix(h, token)
+        return h

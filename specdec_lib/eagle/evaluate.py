@@ -1,0 +1,178 @@
+"""Measuring and exporting the feature draft: the record ``draft.json`` beside its weights.
+
+* acceptance by depth 1..8 at T = 0.2 / 0.6 / 1.0 on the held-out prompts of all 13 categories,
+  overall and per category (`train.acceptance_by_depth`; the measure of ``draft.json`` of the
+  independent draft: mean over continuation positions of sum_x min(p(x), q(x)));
+* Sequoia's positional acceptance vector and ERSS's r vector from depth-1 rows (`theory`), so
+  ``sequoia:N`` shapes and the DP trees are built on this draft's own measurements;
+* the draft's and the target's one-token forward times (medians, prefix KV cache);
+* the training record: data, minutes, the loss curve.
+
+Command line::
+
+    python -m specdec_lib.eagle.evaluate --run-dir distill_runs/eagle --export
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
+from .model import EAGLE_DIR, FeatureDraft, export_feature_draft
+from .train import acceptance_by_depth, mean_acceptance
+
+__all__ = ["heldout_samples", "forward_times", "measure", "main"]
+
+TEMPERATURES = (1.0, 0.6, 0.2)
+
+
+def heldout_samples(lm, path: Path | None, new_tokens: int = 96, batch: int = 16, seed: int = 0,
+                    per_category: int | None = None) -> tuple[list[FeatureSample], list[str]]:
+    """Target continuations of every held-out prompt (or the first ``per_category`` of each category)
+    and their categories; cached in ``path`` when given."""
+    from ..data import load_prompts
+
+    prompts = load_prompts("heldout", per_category=per_category)
+    if path is not None and path.is_file():
+        samples = load_feature_samples(path)
+    else:
+        samples = []
+        for at in range(0, len(prompts), batch):
+            ids = [lm.encode(p.text).tolist() for p in prompts[at: at + batch]]
+            gen = torch.Generator().manual_seed(seed + at)
+            samples += sample_with_features(lm.model, ids, new_tokens, 8, gen, lm.eos_token_id)
+        if path is not None:
+            save_feature_samples(samples, path)
+    if len(samples) != len(prompts):
+        raise ValueError(f"{path} holds {len(samples)} sequences for {len(prompts)} held-out prompts: delete it")
+    return samples, [p.category for p in prompts]
+
+
+@torch.no_grad()
+def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repeats: int = 21) -> dict:
+    """Median ms of a one-token forward after a ``prefix_len`` KV cache, draft and target alternately."""
+    dev = target_model.get_input_embeddings().weight.device
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 1000, (1, prefix_len), generator=gen).to(dev)
+    token = torch.randint(0, 1000, (1, 1), generator=gen).to(dev)
+    hidden = draft.hidden_size
+    t_base = target_model(input_ids=prefix, use_cache=True).past_key_values
+    pos = torch.arange(prefix_len)[None].to(dev)
+    _, d_base = draft(prefix, torch.zeros(1, prefix_len, hidden), pos, use_cache=True)
+    feat = torch.zeros(1, 1, hidden)
+    times = {"draft": [], "target": []}
+    for _ in range(repeats + 2):
+        cache = copy.deepcopy(d_base)
+        t0 = time.perf_counter()
+        draft.head(draft(token, feat, pos[:, -1:] + 1, past_key_values=cache, use_cache=True)[0])
+        times["draft"].append(time.perf_counter() - t0)
+        cache = copy.deepcopy(t_base)
+        t0 = time.perf_counter()
+        target_model(input_ids=token, past_key_values=cache, use_cache=True)
+        times["target"].append(time.perf_counter() - t0)
+    d, t = (1000 * statistics.median(times[k][2:]) for k in ("draft", "target"))
+    return {"draft_ms": d, "target_ms": t, "ratio": d / t, "prefix_len": prefix_len, "repeats": repeats,
+            "threads": torch.get_num_threads(), "dtype": str(target_model.dtype)}
+
+
+def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], categories: Sequence[str],
+            depth: int = 8) -> dict:
+    """The evaluation part of the record (module docstring)."""
+    from .. import theory
+
+    result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
+    by_category = {}
+    for cat in dict.fromkeys(categories):
+        sel = [i for i, c in enumerate(categories) if c == cat]
+        by_category[cat] = mean_acceptance(result, sel)
+    p, q = result["depth1_rows"]
+    p, q = p.double(), q.double()
+    p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+    gen = torch.Generator().manual_seed(0)
+    kw = dict(method="monte_carlo", num_samples=8)
+    seq_vec = theory.positional_acceptance(p[:64], q[:64], 8, "without_replacement", generator=gen, **kw)
+    r_vec = theory.erss_index_distribution(p[:64], q[:64], 8, coupling="erss",
+                                           generator=torch.Generator().manual_seed(0), **kw)
+    overall = mean_acceptance(result)
+    return {"split": "heldout", "sequences": len(samples), "positions_by_depth": result["counts"].sum(0).tolist(),
+            "mean_acceptance": overall["1.0"][0], "acceptance_by_depth": overall,
+            "acceptance_by_category": by_category,
+            "sequoia_positional_acceptance": [float(x) for x in seq_vec],
+            "erss_r_vector": [float(x) for x in r_vec],
+            "theory_measurement": {"rows": int(min(64, p.shape[0])), "depth": 1, "temperature": 1.0,
+                                   "num_samples": 8}}
+
+
+def _loss_curve(run_dir: Path) -> list:
+    path = run_dir / "train_log.jsonl"
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [[r["step"], round(r["loss"], 4), round(r["minutes"], 2)] + [round(x, 4) for x in r["levels"]]
+            for r in rows]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from safetensors.torch import load_file
+
+    from ..models import load_model
+    from ..models.offline import DRAFT_DIR
+    from ..models.subset_head import use_subset_head
+    from .model import build_feature_draft
+
+    ap = argparse.ArgumentParser(description="measure (and export) the feature draft")
+    ap.add_argument("--run-dir", default="distill_runs/eagle")
+    ap.add_argument("--export", action="store_true", help=f"write the draft and its record to {EAGLE_DIR}")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--per-category", type=int, default=None,
+                    help="only the first N held-out prompts of each category (a quick look; not cached)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    run = Path(a.run_dir)
+    lm = load_model("smollm2-135m-instruct")
+    draft = build_feature_draft(lm)
+    head_vocab = load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
+    use_subset_head(draft.student, head_vocab)
+    saved = torch.load(run / "checkpoint.pt", weights_only=False)
+    draft.load_state_dict(saved["draft"], strict=False)
+    draft.eval()
+    t0 = time.time()
+    cache = None if a.per_category else run / "heldout.safetensors"
+    samples, cats = heldout_samples(load_model("smollm2-135m-instruct", dtype="bfloat16"), cache,
+                                    per_category=a.per_category)
+    evaluation = measure(draft, lm, samples, cats)
+    evaluation["minutes"] = (time.time() - t0) / 60
+    print(json.dumps({k: evaluation[k] for k in ("mean_acceptance", "acceptance_by_depth")}, indent=1), flush=True)
+    if not a.export:
+        return 0
+    data = json.loads((run / "data" / "progress.json").read_text())
+    record = {
+        "name": "smollm2-135m-eagle", "base_model": "smollm2-135m-instruct",
+        "design": "feature draft (EAGLE family): input E[x_j] + W RMSNorm(f_{j-1}) (W zero-initialised), the "
+                  "2 decoder layers and norm of smollm2-135m-draft as initialisation, the target's tied head "
+                  "restricted to 8192 frequent tokens; own output fed as the feature below the root",
+        "objective": "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "
+                     "levels (level m = depth m of a chain drafted along the sampled text)",
+        "training": {**saved["state"], "data": data, "loss_curve_columns": ["step", "loss", "minutes", "level losses..."],
+                     "loss_curve": _loss_curve(run)},
+        "evaluation": evaluation,
+        "forward_time": forward_times(draft, lm.model),
+        "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
+        "dtype": "bfloat16 (exported weights)",
+    }
+    export_feature_draft(draft, EAGLE_DIR, record, head_vocab)
+    print("exported to", EAGLE_DIR, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""The feature draft (`specdec_lib.eagle`): training levels equal inference, sessions, export, loss.
+
+Tiny random Llama models stand in for the pair (milliseconds per forward); the exact toy proof of
+the protocol is in test_feature_draft_exact.py, the real pair's chi-square below.
+"""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from specdec_lib.decoding import speculative_generate
+from specdec_lib.distill import full_kl, tiny_llama
+from specdec_lib.eagle.data import FeatureSample
+from specdec_lib.eagle.model import FeatureDraft, export_feature_draft, load_feature_draft
+from specdec_lib.eagle.session import FeatureDraftLM
+from specdec_lib.eagle.train import draft_levels, level_mask, pack, subset_topk_kl
+from specdec_lib.exact import chi_square_pvalue
+from specdec_lib.models.hf import LanguageModel
+from specdec_lib.models.offline import build_student
+from specdec_lib.sampling import process_logits
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = LanguageModel(tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=3), None, "tiny-target")
+    draft = FeatureDraft(build_student(target.model, 1))
+    torch.manual_seed(1)
+    with torch.no_grad():  # a feature input that matters
+        draft.inject.weight.normal_(0.0, 0.5)
+    return target, FeatureDraftLM(draft, target, "tiny-eagle")
+
+
+def _sample(target, tokens, prompt_len):
+    tokens = torch.as_tensor(tokens)
+    with torch.no_grad():
+        hidden = target.model.model(input_ids=tokens[None]).last_hidden_state[0]
+    n = len(tokens)
+    idx = torch.zeros(n - 1, 2, dtype=torch.long)
+    return FeatureSample(tokens, prompt_len, hidden[:-1], idx, torch.zeros(n - 1, 2))
+
+
+def test_level_mask_is_the_drafted_chain():
+    s = FeatureSample(torch.arange(5), 2, torch.zeros(4, 3), torch.zeros(4, 1, dtype=torch.long), torch.zeros(4, 1))
+    allowed, valid = level_mask(pack([s, s]), 3)
+    n = 10
+    node = lambda i, m: (m - 1) * n + i  # noqa: E731
+    # node (4, 3) of sequence 0 is the 3rd token of a chain rooted at 2: true prefix 0..2, then (3,2), (4,3)
+    assert allowed[node(4, 3)].nonzero().flatten().tolist() == [0, 1, 2, node(3, 2), node(4, 3)]
+    assert not bool(valid[node(1, 3)]) and bool(valid[node(2, 3)])
+    # nothing crosses into the other packed sequence
+    assert not bool(allowed[node(7, 2), :5].any())
+
+
+def test_training_levels_equal_drafting_with_sessions(tiny):
+    target, draft_lm = tiny
+    tokens = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(0))
+    outs = draft_levels(draft_lm.draft, pack([_sample(target, tokens, 3)]), 3)
+    for root in (2, 5):
+        tsess, dsess = draft_lm.paired_sessions(target, tokens[: root + 1].tolist())
+        for m in range(1, 4):
+            chain = tokens[root: root + m].tolist()
+            got = dsess.tree_logits(chain, list(range(-1, m - 1)), [m - 1])[0]
+            want = draft_lm.draft.head(outs[m - 1][root + m - 1]).float()
+            assert torch.allclose(got, want, atol=1e-4), (root, m)
+
+
+def test_depth1_logits_are_level_one(tiny):
+    target, draft_lm = tiny
+    tokens = torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(1))
+    level1 = draft_levels(draft_lm.draft, pack([_sample(target, tokens, 2)]), 1)[0]
+    assert torch.allclose(draft_lm.logits(tokens), draft_lm.draft.head(level1).float(), atol=1e-4)
+
+
+def test_draft_session_needs_its_target_session(tiny):
+    _, draft_lm = tiny
+    with pytest.raises(ValueError, match="source"):
+        draft_lm.session([1, 2, 3])
+
+
+def test_export_and_load_round_trip(tiny, tmp_path):
+    target, draft_lm = tiny
+    export_feature_draft(draft_lm.draft, tmp_path, {"note": "test"}, head_vocab=torch.arange(0, VOCAB, 2))
+    loaded = load_feature_draft(target, tmp_path)
+    tokens = torch.randint(0, VOCAB, (7,), generator=torch.Generator().manual_seed(2))
+    packed = pack([_sample(target, tokens, 2)])
+    ref = draft_lm.draft.head(draft_levels(draft_lm.draft, packed, 2)[1])
+    got = loaded.head(draft_levels(loaded, packed, 2)[1])
+    odd = torch.arange(1, VOCAB, 2)
+    assert bool(torch.isinf(got[:, odd]).all())  # the sub-vocabulary head
+    even = torch.arange(0, VOCAB, 2)
+    # bf16 export: the same model up to rounding, compared as distributions over the kept tokens
+    assert torch.allclose(torch.softmax(got[:, even], -1), torch.softmax(ref[:, even].float(), -1), atol=2e-2)
+
+
+def test_subset_kl_is_the_full_kl_with_every_token_stored():
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.log_softmax(torch.randn(5, 12, generator=gen), -1)
+    logits = torch.randn(5, 12, generator=gen)
+    order = torch.argsort(logp, -1, descending=True)
+    exact = full_kl(logp, logits)
+    assert torch.allclose(subset_topk_kl(logits, order, logp.gather(-1, order)), exact, atol=1e-5)
+    top3 = order[:, :3]
+    assert bool((subset_topk_kl(logits, top3, logp.gather(-1, top3)) <= exact + 1e-6).all())
+    masked = logits.clone()
+    masked[:, 6:] = float("-inf")  # a sub-vocabulary head: finite, and a lower bound again
+    coarse = subset_topk_kl(masked, top3, logp.gather(-1, top3))
+    assert bool(torch.isfinite(coarse).all())
+
+
+def _exact_two_token_law(target, prompt, temperature):
+    with torch.no_grad():
+        p1 = process_logits(target.logits(prompt)[-1], temperature).double()
+        law = {}
+        for a in range(VOCAB):
+            p2 = process_logits(target.logits(prompt + [a])[-1], temperature).double()
+            for b in range(VOCAB):
+                law[(a, b)] = float(p1[a] * p2[b])
+    return law
+
+
+@pytest.mark.parametrize("verifier, shape, sampling", [("token", "chain:3", "iid"), ("block", "chain:2", "iid"),
+                                                       ("traversal", "kary:2x2", "without_replacement")])
+def test_speculative_decoding_with_the_feature_draft_is_lossless(tiny, verifier, shape, sampling):
+    target, draft_lm = tiny
+    prompt = [5, 17, 3]
+    law = _exact_two_token_law(target, prompt, 1.0)
+    counts = Counter()
+    for seed in range(400):
+        out = speculative_generate(target, draft_lm, prompt, verifier=verifier, shape=shape, sampling=sampling,
+                                   max_new_tokens=2, seed=seed, ignore_eos=True)
+        counts[tuple(out.tokens)] += 1
+    assert chi_square_pvalue(counts, law) > 1e-3
