@@ -13,6 +13,9 @@ Methods (same target, same draft, same temperature / top-p, same prompts):
 * ``token/sequoia:<n>x<d>``: ours, a small Sequoia DP tree (sampling without replacement, the token
   verifier = Sequoia's), from the measured acceptance vector of the draft (``draft.json``, or measured
   here on training prompts with `measure_acceptance_vector` when there is none).
+* ``<method>@<draft name>``: the same with another draft than ``--draft`` (e.g.
+  ``token/chain:1@smollm2-135m-draft``); HF assisted generation always uses ``--hf-draft`` (an HF
+  model: the independent draft; the feature draft needs the target's features, which HF cannot give).
 
 Per method: the median over prompts of tokens/s (generated tokens / wall seconds, prefill included),
 of tokens per target forward and of the draft / target / verify split, and the paired speedup (median
@@ -46,9 +49,12 @@ __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_tab
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
 DEFAULT_SEQUOIA = "sequoia:16x6"
-DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2", "hf_assisted/chain:4",
-                   "token/chain:1", "token/chain:2", "token/chain:4", "token/chain:6",
-                   "block/chain:2", "block/chain:4", "block/chain:6", f"token/{DEFAULT_SEQUOIA}")
+INDEPENDENT = "smollm2-135m-draft"
+DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2",
+                   f"token/chain:1@{INDEPENDENT}", f"token/chain:2@{INDEPENDENT}",
+                   "token/chain:2", "token/chain:4", "block/chain:4", "asps/chain:4", "traversal/chain:4",
+                   "token/specinfer:2x3", "erss/kary:2x3", "token/sequoia:16x6", "token/sequoia:32x8",
+                   "traversal/sequoia:32x8")
 
 
 def _sync(device) -> None:
@@ -108,8 +114,15 @@ def measure_acceptance_vector(target, draft, prompts: Sequence[Prompt], temperat
 
 
 def _parse_method(name: str) -> dict:
-    """"autoregressive", "hf_assisted[/chain:<k>]" or "<verifier>/<shape>[/<sampling>]"; the default sampling is
-    without replacement for Sequoia trees, races for erss and i.i.d. otherwise."""
+    """"autoregressive", "hf_assisted[/chain:<k>]" or "<verifier>/<shape>[/<sampling>][@<draft>]"; the default
+    sampling is without replacement for Sequoia trees, races for erss and i.i.d. otherwise."""
+    if "@" in name:
+        base, draft = name.rsplit("@", 1)
+        spec = _parse_method(base)
+        if spec["kind"] != "ours" or not draft:
+            raise ValueError(f"unknown method {name!r}: '@<draft>' follows one of our methods, as in "
+                             f"'token/chain:1@smollm2-135m-draft'")
+        return {**spec, "name": name, "draft": draft}
     if name in ("autoregressive", "hf_assisted"):
         return {"name": name, "kind": name}
     if name.startswith("hf_assisted/"):
@@ -212,16 +225,26 @@ def _median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def _recorded_vector(name: str, temperature: float) -> list[float] | None:
+    """Sequoia's positional acceptance vector recorded in ``data/models/<name>/draft.json``, if any."""
+    path = REPO_ROOT / "data" / "models" / str(name) / "draft.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    vector = record.get("evaluation", {}).get("sequoia_positional_acceptance")
+    return [float(x) for x in vector] if vector else None
+
+
 def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int = 128, target="smollm2-135m-instruct",
-                  draft="smollm2-135m-draft", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
+                  draft="smollm2-135m-eagle", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
                   top_p: float = 1.0, seed: int = 0, acceptance_vector: Sequence[float] | None = None,
                   device=None, dtype=None, output: Path | str | None = None, warmup: bool = True,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, hf_draft="smollm2-135m-draft") -> dict:
     """Run every method on every prompt; returns (and writes to ``output``, default
     ``data/results/bench_<host>.json``; ``output=False`` writes nothing) the results dict.
 
-    ``target`` / ``draft``: names for `models.load_model` or loaded `LanguageModel` objects.
-    ``prompts``: default the project's held-out prompts.
+    ``target`` / ``draft`` / ``hf_draft``: names for `models.load_model` or loaded model objects; a
+    method ``...@<name>`` uses the draft of that name. ``prompts``: default the project's held-out prompts.
     """
     from tqdm.auto import tqdm
 
@@ -232,48 +255,60 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     specs = [_parse_method(m) for m in methods]
     if not specs:
         raise ValueError("no methods to benchmark")
-    needs_draft = any(s["kind"] != "autoregressive" for s in specs)
     if isinstance(target, str):
         target = load_model(target, device=device, dtype=dtype)
-    if isinstance(draft, str) and needs_draft:
-        if draft == "smollm2-135m-draft" and target.name == "smollm2-135m-instruct":
-            from .models.offline import load_draft
+    drafts: dict[str, object] = {}
 
-            draft = load_draft(target)
-        else:
-            draft = load_model(draft, device=device, dtype=dtype)
+    def named(model_or_name):
+        name = model_or_name if isinstance(model_or_name, str) else model_or_name.name
+        if name not in drafts:
+            drafts[name] = load_model(name, device=device, dtype=dtype, target=target) \
+                if isinstance(model_or_name, str) else model_or_name
+        return name
+
+    main_draft = draft if isinstance(draft, str) else draft.name
+    for spec in specs:
+        if spec["kind"] == "ours":
+            spec["draft"] = named(spec.get("draft", draft))
+        elif spec["kind"] == "hf_assisted":
+            spec["draft"] = named(hf_draft)
     prompts = list(load_prompts("heldout") if prompts is None else prompts)
     if not prompts:
         raise ValueError("no prompts to benchmark")
-    acceptance_source = None
-    if any(s["kind"] == "ours" and s["shape"].startswith("sequoia:") for s in specs) and acceptance_vector is None:
-        try:
-            acceptance_vector = measured_acceptance_vector(temperature)
-            acceptance_source = "draft.json"
-        except ValueError:
-            train = load_prompts("train")[:8]
-            acceptance_vector = measure_acceptance_vector(target, draft, train, temperature, top_p, seed=seed)
-            acceptance_source = f"measured here on {len(train)} training prompts"
-    elif acceptance_vector is not None:
-        acceptance_source = "given"
+    vectors: dict[str, tuple[list[float], str]] = {}
     for spec in specs:  # resolve every shape once (Sequoia's DP runs here, not per prompt)
-        if spec["kind"] == "ours":
-            spec["parents"] = resolve_shape(spec["shape"], acceptance_vector, temperature)
+        if spec["kind"] != "ours":
+            continue
+        vector = acceptance_vector
+        if spec["shape"].startswith("sequoia:") and vector is None:
+            if spec["draft"] not in vectors:
+                recorded = _recorded_vector(spec["draft"], temperature)
+                if recorded is not None:
+                    vectors[spec["draft"]] = (recorded, "draft.json")
+                else:
+                    train = load_prompts("train")[:8]
+                    vectors[spec["draft"]] = (measure_acceptance_vector(target, drafts[spec["draft"]], train,
+                                                                        temperature, top_p, seed=seed),
+                                              f"measured here on {len(train)} training prompts")
+            vector = vectors[spec["draft"]][0]
+        spec["parents"] = resolve_shape(spec["shape"], vector, temperature)
+    acceptance_source = {name: src for name, (_, src) in vectors.items()} or ("given" if acceptance_vector else None)
     eos = target.eos_token_id
     encoded = [target.encode(p.text) for p in prompts]
     if warmup:  # first calls pay for lazy initialisation; keep them out of the numbers
         autoregressive_generate(target, encoded[0], temperature, top_p, 4, seed=seed)
-        if needs_draft:
-            speculative_generate(target, draft, encoded[0], "token", "chain:2", temperature=temperature,
+        for d in drafts.values():
+            speculative_generate(target, d, encoded[0], "token", "chain:2", temperature=temperature,
                                  top_p=top_p, max_new_tokens=4, seed=seed)
     results: dict[str, dict] = {}
-    hf_settings = {"before": _hf_draft_settings(draft)} if any(s["kind"] == "hf_assisted" for s in specs) else None
+    hf_name = next((spec["draft"] for spec in specs if spec["kind"] == "hf_assisted"), None)
+    hf_settings = {"before": _hf_draft_settings(drafts[hf_name])} if hf_name else None
     bar = tqdm(total=len(specs) * len(prompts), disable=not progress, desc="bench", leave=False)
     rows: dict[str, list[dict]] = {spec["name"]: [] for spec in specs}
     for prompt, ids in zip(prompts, encoded):   # prompts outside, methods inside: a slow drift of the
         for spec in specs:                      # machine's speed hits every method alike
-            row = {"prompt": prompt.id, **_run_method(spec, target, draft, ids, temperature, top_p,
-                                                      max_new_tokens, seed, eos)}
+            row = {"prompt": prompt.id, **_run_method(spec, target, drafts.get(spec.get("draft")), ids,
+                                                      temperature, top_p, max_new_tokens, seed, eos)}
             row["tokens_per_s"] = row["tokens"] / row["seconds"] if row["seconds"] > 0 else float("nan")
             rows[spec["name"]].append(row)
             bar.update(1)
@@ -291,7 +326,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
         results[spec["name"]] = {**{k: v for k, v in spec.items() if k != "name"}, "median": summary,
                                  "per_prompt": method_rows}
     if hf_settings is not None:
-        hf_settings["after"] = _hf_draft_settings(draft)
+        hf_settings["after"] = _hf_draft_settings(drafts[hf_name])
     bar.close()
     base = results.get("autoregressive", {}).get("median", {}).get("tokens_per_s")
     if base:
@@ -300,10 +335,12 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     report = {
         "machine": machine_info(target.device),
         "versions": _versions(),
-        "parameters": {"target": target.name, "draft": draft.name if needs_draft else None, "device": str(target.device),
+        "parameters": {"target": target.name, "draft": main_draft, "hf_draft": hf_name,
+                       "drafts": {name: repr(d) for name, d in drafts.items()}, "device": str(target.device),
                        "dtype": str(target.dtype).replace("torch.", ""),
                        "small_batch_linears": {"target": target.small_batch_linears,
-                                               "draft": draft.small_batch_linears if needs_draft else None},
+                                               **{name: getattr(d, "small_batch_linears", None)
+                                                  for name, d in drafts.items()}},
                        "prompts": [p.id for p in prompts],
                        "max_new_tokens": int(max_new_tokens), "temperature": float(temperature),
                        "top_p": float(top_p), "seed": int(seed), "methods": list(methods),
@@ -335,9 +372,11 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     """``specdec bench`` arguments -> run_benchmark; prints the table and the output path."""
     ap = argparse.ArgumentParser(prog="specdec bench", description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
-    ap.add_argument("--draft", default="smollm2-135m-draft")
+    ap.add_argument("--draft", default="smollm2-135m-eagle", help="the draft of methods without '@<draft>'")
+    ap.add_argument("--hf-draft", default="smollm2-135m-draft", help="the draft of HF assisted generation")
     ap.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
     ap.add_argument("--num-prompts", type=int, default=None, help="first N prompts of the split (default all)")
+    ap.add_argument("--per-category", type=int, default=None, help="first N prompts of each category")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
@@ -348,13 +387,13 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--output", default=None, help="JSON path (default data/results/bench_<host>.json)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    prompts = load_prompts(args.split)
+    prompts = load_prompts(args.split, per_category=args.per_category)
     if args.num_prompts is not None:
         prompts = prompts[: args.num_prompts]
     vector = [float(x) for x in args.acceptance_vector.split(",")] if args.acceptance_vector else None
     report = run_benchmark(prompts, args.max_new_tokens, args.target, args.draft,
                            [m.strip() for m in args.methods.split(",") if m.strip()], args.temperature, args.top_p,
-                           args.seed, vector, args.device, args.dtype, args.output)
+                           args.seed, vector, args.device, args.dtype, args.output, hf_draft=args.hf_draft)
     print(format_table(report))
     print(f"written to {report['output']}")
     return 0

@@ -133,3 +133,34 @@ def test_speculative_decoding_with_the_feature_draft_is_lossless(tiny, verifier,
                                    max_new_tokens=2, seed=seed, ignore_eos=True)
         counts[tuple(out.tokens)] += 1
     assert chi_square_pvalue(counts, law) > 1e-3
+
+
+@pytest.mark.slow
+def test_real_pair_is_lossless_at_temperature_one(target):
+    """End to end on the offline pair with the committed feature draft: the first two tokens of
+    speculative decoding (a Sequoia-style tree, sampling without replacement) follow the target's
+    exact two-token law at T = 1 (chi-square over the likely cells, the rest pooled)."""
+    from specdec_lib.models import load_model
+
+    draft = load_model("smollm2-135m-eagle", target=target)
+    prompt = target.encode("Name three animals that live in the ocean.").tolist()
+    with torch.no_grad():
+        p1 = process_logits(target.logits(prompt)[-1], 1.0).double()
+        firsts = torch.nonzero(p1 > 2e-3).flatten().tolist()
+        law = {}
+        for a in firsts:
+            p2 = process_logits(target.logits(prompt + [a])[-1], 1.0).double()
+            kept = 0.0
+            for b in torch.nonzero(p1[a] * p2 > 2e-3).flatten().tolist():
+                law[(a, b)] = float(p1[a] * p2[b])
+                kept += law[(a, b)]
+            law[(a, "*")] = float(p1[a]) - kept
+    law["other"] = 1.0 - sum(law.values())
+    counts = Counter()
+    for seed in range(300):
+        out = speculative_generate(target, draft, prompt, verifier="token", shape="kary:2x2",
+                                   sampling="without_replacement", max_new_tokens=2, seed=seed, ignore_eos=True)
+        a, b = out.tokens
+        cell = (a, b) if (a, b) in law else ((a, "*") if (a, "*") in law else "other")
+        counts[cell] += 1
+    assert chi_square_pvalue(counts, law) > 1e-3

@@ -7,6 +7,8 @@ input embedding is
 
     e_j = E[x_j] + W · RMSNorm(f_{j-1})          (W zero-initialised; f = 0 at a sequence start)
 
+(the norm's gain starts at the embeddings' RMS, so the injection cannot swamp the token embedding)
+
 followed by the decoder layers and final norm of the project's independent 2-layer draft (which it
 starts from, so at initialisation it *is* that draft) and the target's tied head (optionally the
 8192-token sub-vocabulary head, lossless: `models.subset_head`). Its output h_j (post-norm) gives
@@ -50,6 +52,8 @@ class FeatureDraft(nn.Module):
         self.feature_norm = LlamaRMSNorm(hidden, eps=student.config.rms_norm_eps).to(weight.device, weight.dtype)
         self.inject = nn.Linear(hidden, hidden, bias=False).to(weight.device, weight.dtype)
         nn.init.zeros_(self.inject.weight)
+        with torch.no_grad():  # the normalised feature starts at the embeddings' scale (RMS per entry)
+            self.feature_norm.weight.fill_(float(weight.float().pow(2).mean().sqrt()))
 
     @property
     def config(self):

@@ -245,8 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--run-dir", default="distill_runs/eagle")
     ap.add_argument("--levels", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--inject-lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=1e-4, help="decoder layers and norm")
+    ap.add_argument("--inject-lr", type=float, default=3e-4, help="feature norm and injection")
+    ap.add_argument("--warmup", type=int, default=50, help="steps of linear learning-rate warm-up")
     ap.add_argument("--tokens-per-batch", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-every", type=float, default=15.0, help="minutes between evaluations")
@@ -285,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             packed = pack(batch)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
                 loss, per_level = train_loss(draft, packed, a.levels, weights)
+            for group, base in zip(opt.param_groups, (a.lr, a.inject_lr)):
+                group["lr"] = base * min(1.0, (state["step"] + 1) / a.warmup)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params_body + params_inject, 1.0)
