@@ -1,0 +1,457 @@
+"""What exactly "Tra.V and Tok.V have the same P(tau >= 1)" says, and exact per-context quantities.
+
+The identity (Traversal Verification, Lemma A.2 and the "same starting line" remark of §3.3;
+specs/traversal.md §3.4 P3) is an identity IN EXPECTATION OVER THE DRAFTING OF THE SUBTREES, not per
+drafted tree (the spec's P5: per tree the two differ, by up to ~0.9 in P(tau >= 1) on the real pair).
+Precisely:
+
+**Lemma A.2 at one node.** Let node ``u`` reach its visit with sequence rate ``rho`` and current target
+row ``r`` (normalised), and let its ``k`` children be drawn from the draft row ``q`` at ``u`` (i.i.d. or
+without replacement), each child's own subtree drawn the same way from the rows below it. Then,
+averaged over the drafting of everything below ``u``,
+
+    E[ P(traversal accepts a path through u, u included) ] = rho,
+
+whatever the rows below ``u`` are. Proof: traversal at ``u`` is ordinary recursive rejection sampling
+(RRS) of the extended target ``B = (rho * r, bottom: 1 - rho)`` with proposals from ``q`` (App. F);
+the subtree of child ``c`` acts as a coin whose success probability averages, by induction, to
+``min(1, B(x_c) / D(x_c))``; the RRS output is multilinear in these independent coins, so replacing
+them by their means leaves the expectation unchanged, and RRS outputs a real token (not bottom)
+with probability ``sum(B[real]) = rho``. The updates of ``u``'s state after a rejected child (Eqs.
+1-3) depend only on ``u``'s state and the child's token, never on what happened inside its subtree.
+
+**Per-context consequence (root children fixed).** At the root (``rho = 1``) traversal and token-level
+RRS test the same children with the same rates ``min(1, r(x)/D(x))`` and the same residual updates,
+so given the root's children
+
+    E[ P_traversal(tau >= 1) | root children ] = P_token(tau >= 1 | root children),
+
+the expectation being over everything drafted below level 1. So the Rao-Blackwellised traversal
+P(tau >= 1) of a drafted tree is token's P(tau >= 1) of the same tree, EXACTLY, and the paired
+difference of the two verifiers' P(tau >= 1) has conditional mean 0 at every context: it is pure
+drafting noise, not an effect. With i.i.d. root children it even has a closed form in the two root
+rows alone (`first_level_acceptance_iid`): the SpecInfer multi-draft acceptance
+``1 - prod_j (1 - beta_j)``, ``beta_j = sum_x min(r_{j-1}(x), q(x))``, ``r_0 = p``,
+``r_j = norm([r_{j-1} - q]_+)`` (the residual does not depend on which token was rejected).
+
+**Deeper levels (the depth trend).** The same argument one level down gives, for every level l,
+
+    E[ P_traversal^{(D)}(tau >= l) | levels <= l ] = P_traversal^{(l)}(tau >= l),
+
+where ``(D)`` is the tree of depth D and ``(l)`` the same tree restricted to its first l drafted levels
+(`specdec_lib.experiments.restrict_depth`): below level l traversal only ever consumes each level-l
+node's subtree through one coin of mean rho. Token-level verification never looks below level l to
+decide tau >= l, so for it the two sides are equal per tree. `rao_blackwell_ccdf` returns this
+conditional expectation per level; its sum ``1 + sum_l`` is an unbiased, lower-variance estimate of
+traversal's expected tokens (`rao_blackwell_expected_tokens`).
+
+Assumptions (each one breaks the identity when violated; the tests pin them):
+
+* every node's children were drawn from exactly the draft row the verifier is given for that node
+  (the verifier's proposal rule matches ``tree.sampling``; a sub-vocabulary draft is fine: its row
+  is 0 off the subset and the children are drawn from it);
+* the subtrees of different children are drawn independently given their tokens (i.i.d. drafting,
+  or without-replacement drafting at each node: both are fine);
+* target rows may be anything (top-p on the target only is fine): the identity never uses them
+  below the node where it is applied.
+
+Not assumed: that the target rows below level 1 are the ones the draft rows were computed at, any
+relation between p and q, or context independence.
+
+What it means for the report (`specdec_lib.verdicts`): the paired per-tree difference of P(tau >= 1)
+has conditional mean zero but a skewed, heavy-tailed law (most trees slightly negative, a few large
+positive jumps when a grandchild with a small draft probability is drawn), so a percentile bootstrap
+over a handful of prompts undercovers it; the claim is checked exactly instead (Rao-Blackwellised
+difference = 0 per tree) and the sampled difference is reported with the number of trees it would
+need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .tree import DraftTree
+
+__all__ = ["first_level_acceptance_iid", "first_level_acceptance", "node_subtree_acceptance_iid_leaves",
+           "node_subtree_acceptance_enumerated", "level_ccdf", "rao_blackwell_ccdf",
+           "rao_blackwell_expected_tokens", "first_level_decomposition", "first_level_frame", "martingale_z",
+           "depth_trend_frame", "collect_first_level", "collect_depth_trend", "real_pair_check"]
+
+
+def _norm(row) -> torch.Tensor:
+    row = torch.as_tensor(row, dtype=torch.float64)
+    s = float(row.sum())
+    if not s > 0:
+        raise ValueError("a distribution row has no mass")
+    return row / s
+
+
+def _pos(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp(min=0.0)
+
+
+def first_level_acceptance_iid(p, q, k: int) -> float:
+    """Exact P(tau >= 1) of token-level RRS with ``k`` i.i.d. root children from ``q`` (target row
+    ``p``), averaged over the children: ``1 - prod_j (1 - beta_j)`` (module docstring). By Lemma A.2 it
+    is also traversal's P(tau >= 1) averaged over the drafting of the whole tree, for any tree whose
+    root has ``k`` i.i.d. children."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    r, q = _norm(p), _norm(q)
+    reject = 1.0
+    for _ in range(k):
+        beta = float(torch.minimum(r, q).sum())
+        reject *= 1.0 - beta
+        res = _pos(r - q)
+        s = float(res.sum())
+        if s <= 0.0:  # r <= q everywhere after this child: every later child is accepted surely
+            return 1.0 - reject
+        r = res / s
+    return 1.0 - reject
+
+
+def _ordered_children(q: torch.Tensor, k: int, sampling: str):
+    """Every ordered k-tuple of children from ``q`` with its probability (small vocabularies)."""
+    vocab = q.shape[0]
+    ql = q.tolist()
+    if sampling == "iid":
+        support = [t for t in range(vocab) if ql[t] > 0]
+        for combo in itertools.product(support, repeat=k):
+            yield combo, math.prod(ql[t] for t in combo)
+        return
+    if sampling != "without_replacement":
+        raise ValueError(f"sampling must be 'iid' or 'without_replacement', got {sampling!r}")
+    if k > vocab:
+        raise ValueError(f"{k} children cannot be drawn without replacement from {vocab} tokens")
+
+    def rec(chosen, prob):
+        if len(chosen) == k:
+            yield tuple(chosen), prob
+            return
+        rest = [t for t in range(vocab) if t not in chosen]
+        mass = sum(ql[t] for t in rest)
+        for t in rest:
+            w = ql[t] / mass if mass > 0 else 1.0 / len(rest)
+            if w > 0:
+                yield from rec(chosen + [t], prob * w)
+
+    yield from rec([], 1.0)
+
+
+def first_level_acceptance(p, q, k: int, sampling: str = "iid") -> float:
+    """Exact P(tau >= 1) of token-level RRS with ``k`` root children averaged over their drafting.
+
+    ``iid``: the closed form `first_level_acceptance_iid` (any vocabulary). ``without_replacement``:
+    enumeration of the ordered children (small vocabularies only: the residual's proposal depends on
+    which tokens were drawn). Equal to traversal's P(tau >= 1) averaged over the whole tree's drafting
+    (module docstring)."""
+    if sampling == "iid":
+        return first_level_acceptance_iid(p, q, k)
+    p, q = _norm(p), _norm(q)
+    if p.shape[0] ** k > 2_000_000:
+        raise ValueError("without-replacement enumeration is for small vocabularies")
+    from .verifiers import exact_law
+
+    total = 0.0
+    for combo, prob in _ordered_children(q, k, sampling):
+        tree = DraftTree(torch.tensor([0, *combo]), torch.tensor([-1] + [0] * k),
+                         torch.cat([q[None], torch.zeros(k, q.shape[0], dtype=torch.float64)]),
+                         p.expand(k + 1, -1).clone(), sampling=sampling)
+        total += prob * (1.0 - float(exact_law("token", tree)[0].sum()))
+    return total
+
+
+def node_subtree_acceptance_iid_leaves(rho: float, r, q, k: int) -> float:
+    """Lemma A.2 in closed form for a node with ``k`` i.i.d. LEAF children: the exact probability that
+    traversal accepts a path through the node (the node or one of its children), averaged over the
+    children drawn from ``q``, for a node reached with rate ``rho`` and current target row ``r``.
+
+    The state updates after a rejected child (Eqs. 1 and 3; Eq. 2 is skipped for i.i.d. children) do
+    not depend on the rejected token, so the average factorises: child j is accepted with mean
+    ``a_j = sum_x min(q(x), rho_j r_j(x))``. Returns ``sum_j a_j prod_{i<j} (1 - a_i) +
+    prod_j (1 - a_j) rho_k``; Lemma A.2 says this equals ``rho`` (tested, and checked on real rows)."""
+    rho = float(rho)
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"rho must be in [0, 1], got {rho}")
+    r, q = _norm(r), _norm(q)
+    out, survive = 0.0, 1.0
+    for _ in range(k):
+        if rho <= 0.0:
+            return out
+        a = float(torch.minimum(q, rho * r).sum())
+        out += survive * a
+        survive *= 1.0 - a
+        res = _pos(rho * r - q)
+        s = float(res.sum())
+        rho = s / (s + (1.0 - rho)) if s + (1.0 - rho) > 0 else 0.0
+        if s <= 0.0:
+            return out
+        r = res / s
+    return out + survive * rho
+
+
+def node_subtree_acceptance_enumerated(rho: float, r, q, child_rows: Sequence, k: int, grandchildren: int = 0,
+                                       sampling: str = "iid") -> float:
+    """The same average by brute force through the actual `traversal` verifier (small vocabularies):
+    a tree whose root stands for the node, with the root's rate forced to ``rho`` by a pseudo-parent.
+
+    Builds the tree pseudo-root -> u -> k children (-> ``grandchildren`` leaves each when > 0) where the
+    pseudo-root's rows make ``rho(u) = rho`` (target ``rho * onehot`` plus the rest elsewhere,
+    draft ``onehot``), ``u`` has target ``r`` and draft ``q``, and child with token x has draft row
+    ``child_rows[x]`` (target rows are irrelevant for acceptance and set to ``r``). Returns the
+    average over the drafting below ``u`` of P(accepted path passes through u)."""
+    from .verifiers import exact_law
+
+    r, q = _norm(r), _norm(q)
+    vocab = r.shape[0]
+    u_tok = 0
+    top_t = torch.full((vocab,), 0.0, dtype=torch.float64)
+    top_t[u_tok] = rho
+    if vocab > 1:
+        top_t[1:] = (1.0 - rho) / (vocab - 1)
+    else:
+        raise ValueError("need a vocabulary of at least 2")
+    top_q = torch.zeros(vocab, dtype=torch.float64)
+    top_q[u_tok] = 1.0
+    total = 0.0
+    for combo, prob in _ordered_children(q, k, sampling):
+        subs = [[((), 1.0)]] * k
+        if grandchildren:
+            subs = [list(_ordered_children(_norm(child_rows[x]), grandchildren, sampling)) for x in combo]
+        for picks in itertools.product(*subs):
+            pr = prob * math.prod(pp for _, pp in picks)
+            if pr == 0.0:
+                continue
+            tokens, parents, drafts = [0, u_tok], [-1, 0], [top_q, q]
+            kids = []
+            for x in combo:
+                tokens.append(x)
+                parents.append(1)
+                drafts.append(_norm(child_rows[x]) if grandchildren else torch.zeros(vocab, dtype=torch.float64))
+                kids.append(len(tokens) - 1)
+            for c, (gk, _) in zip(kids, picks):
+                for y in gk:
+                    tokens.append(y)
+                    parents.append(c)
+                    drafts.append(torch.zeros(vocab, dtype=torch.float64))
+            n = len(tokens)
+            targets = torch.stack([top_t] + [r] * (n - 1))
+            tree = DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.stack(drafts), targets,
+                             sampling=sampling)
+            law = exact_law("traversal", tree)
+            total += pr * float(law[1:].sum())
+    return total
+
+
+def level_ccdf(verifier: str, tree: DraftTree, state=None) -> np.ndarray:
+    """P(tau >= l) for l = 0..depth of ``verifier`` on ``tree`` (exact, from its law)."""
+    from .verifiers import exact_law
+
+    law = exact_law(verifier, tree, state).sum(1).numpy()
+    depth = np.asarray(tree.depths)
+    per = np.bincount(depth, weights=law, minlength=int(depth.max()) + 1)
+    return per[::-1].cumsum()[::-1]
+
+
+def rao_blackwell_ccdf(tree: DraftTree, verifier: str = "traversal") -> np.ndarray:
+    """E[P(tau >= l) | levels <= l] for l = 0..depth: P(tau >= l) of ``verifier`` on the tree restricted
+    to its first l drafted levels (module docstring). For traversal, l = 1 is token-level's
+    P(tau >= 1) of the same tree; for token-level every entry equals `level_ccdf`."""
+    from .experiments import restrict_depth
+
+    depth = max(tree.depths)
+    out = np.ones(depth + 1)
+    for level in range(1, depth + 1):
+        out[level] = level_ccdf(verifier, restrict_depth(tree, level + 1))[level]
+    return out
+
+
+def rao_blackwell_expected_tokens(tree: DraftTree, verifier: str = "traversal") -> float:
+    """1 + sum_l E[P(tau >= l) | levels <= l]: an unbiased estimate of the verifier's expected tokens
+    at this context with the drafting noise of every level below l integrated out of term l."""
+    return float(rao_blackwell_ccdf(tree, verifier).sum())
+
+
+def first_level_decomposition(tree: DraftTree) -> dict[str, float]:
+    """Per drafted tree: token's and traversal's P(tau >= 1), their difference (drafting noise of mean
+    0 given the root's children) and, for i.i.d. trees of depth 2 (leaf grandchildren), traversal's
+    P(tau >= 1) with the grandchildren integrated out exactly (`node_subtree_acceptance_iid_leaves`
+    at every root child, then the root's RRS) -- which must equal token's."""
+    tok = float(level_ccdf("token", tree)[1])
+    tra = float(level_ccdf("traversal", tree)[1])
+    out = {"token": tok, "traversal": tra, "difference": tra - tok, "traversal_rb": float("nan")}
+    kids = tree.children
+    if tree.sampling == "iid" and max(tree.depths) == 2:
+        from .verifiers.token import draft_row, target_row
+
+        r, q = target_row(tree, 0), draft_row(tree, 0)
+        reach, total = 1.0, 0.0
+        for c in kids[0]:
+            x = int(tree.tokens[c])
+            rho_c = min(1.0, float(r[x]) / float(q[x]))
+            if kids[c]:
+                a = node_subtree_acceptance_iid_leaves(rho_c, target_row(tree, c), draft_row(tree, c), len(kids[c]))
+            else:
+                a = rho_c
+            total += reach * a
+            reach *= 1.0 - a
+            res = _pos(r - q)
+            s = float(res.sum())
+            if s <= 0.0:
+                break
+            r = res / s
+        out["traversal_rb"] = total
+    return out
+
+
+def first_level_frame(records) -> "pd.DataFrame":
+    """Per drafted tree of `experiments.collect_trees` records: `first_level_decomposition` plus the
+    context's exact P(tau >= 1) averaged over ALL drafting (`first_level_acceptance_iid` on the
+    root rows; i.i.d. trees only), keyed by prompt, step and draw.
+
+    At each context the means over independent draws of ``token`` and ``traversal`` both estimate
+    ``exact``; ``traversal_rb`` (depth-2 trees) must equal ``token`` tree by tree."""
+    import pandas as pd
+
+    from .verifiers.token import draft_row, target_row
+
+    rows = []
+    for rec in records:
+        tree = rec.tree
+        d = first_level_decomposition(tree)
+        exact = float("nan")
+        if tree.sampling == "iid":
+            exact = first_level_acceptance_iid(target_row(tree, 0), draft_row(tree, 0), len(tree.children[0]))
+        rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step, "draw": rec.draw,
+                     **d, "exact": exact})
+    return pd.DataFrame(rows)
+
+
+def martingale_z(frame, column: str = "difference", context=("prompt_id", "step")) -> dict[str, float]:
+    """Mean of a per-tree quantity whose conditional mean given the context is 0 (the sampled
+    P(tau >= 1) difference), its standard error and z. Given each context the draws are independent,
+    and the contexts of a run form a martingale-difference sequence, so the SE is the plain one over
+    trees; the mean of each context's draws is used as the unit (draws at one context share it)."""
+    per = frame.groupby(list(context))[column].mean()
+    n = len(per)
+    mean = float(per.mean())
+    se = float(per.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return {"mean": mean, "se": se, "z": mean / se if se and se > 0 else float("nan"), "contexts": n,
+            "trees": int(len(frame))}
+
+
+def depth_trend_frame(records, depths: Sequence[int]) -> "pd.DataFrame":
+    """Per drafted tree and drafted depth d (the tree restricted to its first d levels): token's and
+    traversal's exact expected tokens, traversal's Rao-Blackwellised expected tokens
+    (`rao_blackwell_expected_tokens`) and both P(tau >= 1). One pass computes every depth: the
+    restricted trees are nested, so the level-l terms of the RB sum are shared across depths."""
+    import pandas as pd
+
+    from .experiments import restrict_depth
+
+    rows = []
+    for rec in records:
+        top = max(depths)
+        full = restrict_depth(rec.tree, top + 1)
+        rb_terms = rao_blackwell_ccdf(full)  # term l depends on levels <= l only
+        for d in depths:
+            tree = restrict_depth(full, d + 1)
+            tok, tra = level_ccdf("token", tree), level_ccdf("traversal", tree)
+            rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
+                         "draw": rec.draw, "depth": d, "token": float(tok.sum()), "traversal": float(tra.sum()),
+                         "traversal_rb": float(rb_terms[: d + 1].sum()), "p1_token": float(tok[1]),
+                         "p1_traversal": float(tra[1])})
+    return pd.DataFrame(rows)
+
+
+def collect_first_level(pair, prompts, shape: str = "binary:3", copies: int = 32, temperature: float = 1.0,
+                        max_new_tokens: int = 12, seed: int = 5, top_p: float = 1.0):
+    """`first_level_frame` on real drafted trees: per prompt, `experiments.collect_trees` with ``copies``
+    independent i.i.d. trees per context (one prompt's trees held at a time), then the exact per-tree
+    quantities. With a depth-2 shape ("binary:3") every tree also gets its Rao-Blackwellised traversal
+    value, which must equal token's tree by tree on the real rows."""
+    import gc
+
+    import pandas as pd
+
+    from .experiments import collect_trees
+
+    frames = []
+    for prompt in prompts:
+        records = collect_trees(pair, [prompt], shape, "iid", temperature, top_p=top_p,
+                                max_new_tokens=max_new_tokens, seed=seed, copies=copies, progress=False)
+        frames.append(first_level_frame(records))
+        del records
+        gc.collect()
+    return pd.concat(frames, ignore_index=True)
+
+
+def collect_depth_trend(pair, prompts, depths: Sequence[int] = (1, 2, 3, 4, 5), copies: int = 2,
+                        temperature: float = 1.0, max_new_tokens: int = 12, seed: int = 11, top_p: float = 1.0):
+    """`depth_trend_frame` on real binary trees of max(depths) drafted levels (Traversal's Figure 3),
+    one prompt at a time; returns the long frame (verifier in token / traversal / traversal_rb,
+    value expected_tokens) that `verdicts.TrendCheck` and `verdicts.GainCheck` take."""
+    import gc
+
+    import pandas as pd
+
+    from .experiments import collect_trees
+
+    frames = []
+    for prompt in prompts:
+        records = collect_trees(pair, [prompt], f"binary:{max(depths) + 1}", "iid", temperature, top_p=top_p,
+                                max_new_tokens=max_new_tokens, seed=seed, copies=copies, progress=False)
+        frames.append(depth_trend_frame(records, depths))
+        del records
+        gc.collect()
+    wide = pd.concat(frames, ignore_index=True)
+    long = wide.melt(id_vars=["prompt_id", "category", "step", "draw", "depth"],
+                     value_vars=["token", "traversal", "traversal_rb"], var_name="verifier",
+                     value_name="expected_tokens")
+    long["view"] = "d" + long["depth"].astype(str)
+    return long
+
+
+def real_pair_check(profile: str = "default", num_prompts: int = 2, categories: Sequence[str] | None = None,
+                    copies: int = 32, depth_copies: int = 2, max_new_tokens: int = 12, temperature: float = 1.0,
+                    save: bool = True) -> dict:
+    """The P(tau >= 1) identity and the binary depth trend on the project's pair (``profile`` default),
+    single-threaded in about two minutes on a CPU with the defaults: `collect_first_level` (depth-2
+    binary trees, ``copies`` per context) and `collect_depth_trend` (binary depth 1..5, ``depth_copies``
+    per context). Saves both frames under ``data/results/traversal_identity/`` and returns the
+    decisions (`verdicts.first_level_decision`, raw and Rao-Blackwellised depth trends and gains)."""
+    from . import verdicts as V
+    from .experiments import load_pair, prompts_for
+    from .results import save_results
+
+    pair = load_pair(profile)
+    cats = list(categories) if categories is not None else (
+        ["writing", "qa", "reasoning", "summarization"] if pair.kind == "hf" else None)
+    prompts = prompts_for(pair, num_prompts, categories=cats)
+    params = dict(profile=profile, num_prompts=num_prompts, categories=cats, copies=copies,
+                  depth_copies=depth_copies, max_new_tokens=max_new_tokens, temperature=temperature)
+    first = collect_first_level(pair, prompts, copies=copies, temperature=temperature, max_new_tokens=max_new_tokens)
+    trend = collect_depth_trend(pair, prompts, copies=depth_copies, temperature=temperature,
+                                max_new_tokens=max_new_tokens)
+    if save:
+        save_results("traversal_identity/first_level", first, params)
+        save_results("traversal_identity/depth_trend", trend, params)
+    deep = trend[trend["depth"] >= 2]
+    out = {"first_level": V.first_level_decision(first), "first_level_z": martingale_z(first)}
+    for name in ("traversal", "traversal_rb"):
+        out[f"trend_{name}"] = V.TrendCheck(f"{name} gain grows with depth", "depth", name, "token").evaluate(deep)
+        out[f"gain_d5_{name}"] = V.GainCheck(f"{name} > token at depth 5", name, "token", {"depth": 5}).evaluate(deep)
+    return out
+
+
+if __name__ == "__main__":  # python -m specdec_lib.traversal_identity
+    import torch
+
+    torch.set_num_threads(1)
+    for key, value in real_pair_check().items():
+        print(f"{key}: {value}")

@@ -1,0 +1,300 @@
+"""specdec_lib.verdicts: the decision rules, the checks on per-step frames, the power statement, the
+seed-stability check, the notebook-expression -> rule map and the ties table (with the ASpS = block
+identity proven in exact rationals)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from fractions import Fraction as F
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from specdec_lib import experiments as E
+from specdec_lib import verdicts as V
+from specdec_lib.verifiers import exact_law
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----- decision rules ------------------------------------------------------------------------------
+
+def test_directional_rule_and_the_one_meaning_of_partly():
+    d = V.decide_directional
+    assert d(0.03, 0.01, 0.05).verdict == "reproduced"
+    assert d(0.03, -0.01, 0.05).verdict == "partly"                          # CI includes the null
+    assert d(0.003, 0.001, 0.005, min_effect=0.005).verdict == "partly"      # below the minimum effect
+    assert d(0.03, float("nan"), float("nan")).verdict == "partly"           # no CI: never established
+    assert d(-0.01, -0.03, 0.02).verdict == "not reproduced"                 # wrong side, inconclusive
+    assert d(-0.01, -0.03, 0.02).detail.startswith("inconclusive")
+    assert d(-0.02, -0.03, -0.01).detail.startswith("contradicted")
+    assert d(0.0, -0.01, 0.01).verdict == "not reproduced"                   # a tie is not the claimed side
+    assert d(-0.03, -0.05, -0.01, direction="<").verdict == "reproduced"
+    assert d(-0.03, -0.05, 0.01, direction="<").verdict == "partly"
+    assert d(0.2, 0.1, 0.3, null=0.6).verdict == "not reproduced"            # threshold: acceptance >= 0.6
+    assert d(1.05, 0, 0, null=1.0, exact=True).verdict == "reproduced"      # deterministic quantity
+    with pytest.raises(ValueError):
+        d(0.0, 0.1, -0.1)
+    with pytest.raises(ValueError):
+        d(0.0, 0.0, 0.0, direction=">=")
+
+
+def test_equivalence_exact_every_and_trend_rules():
+    assert V.decide_equivalence(0.001, -0.004, 0.006, 0.01).verdict == "reproduced"
+    assert V.decide_equivalence(0.001, -0.02, 0.02, 0.01).verdict == "partly"
+    assert V.decide_equivalence(0.02, 0.01, 0.03, 0.01).verdict == "not reproduced"
+    assert V.decide_exact(3e-15).verdict == "reproduced"
+    assert V.decide_exact(2e-6).verdict == "not reproduced"
+    ok, part, bad = (V.decide_directional(*x) for x in [(0.03, 0.01, 0.05), (0.03, -0.01, 0.05), (-0.01, -0.02, 0.0)])
+    assert V.decide_every([ok, ok]).verdict == "reproduced"
+    assert V.decide_every([ok, part]).verdict == "partly"
+    assert V.decide_every([ok, part, bad]).verdict == "not reproduced"
+    assert V.decide_trend(0.02, 0.01, 0.03, 0).verdict == "reproduced"
+    assert V.decide_trend(0.02, 0.01, 0.03, 1).verdict == "partly"
+    assert V.decide_trend(0.02, -0.01, 0.03, 0).verdict == "partly"
+    assert V.decide_trend(-0.02, -0.03, -0.01, 0).verdict == "not reproduced"
+    assert V.decide_trend(-0.02, -0.03, -0.01, 0, direction="decreasing").verdict == "reproduced"
+
+
+def test_power_statement():
+    # half-width 0.01 -> SE 0.0051, minimum detectable effect (1.96 + 0.84) SE = 0.0143
+    assert V.power_statement(0.0, 0.02, 0.02) == "decided"
+    under = V.power_statement(0.0, 0.02, 0.01)
+    assert under.startswith("underpowered") and "~2.0x" in under
+    assert V.power_statement(0.0, 0.02, None) == ""
+    assert V.power_statement(float("nan"), float("nan"), 0.02).startswith("underpowered")
+    d = V.decide_directional(0.01, -0.01, 0.03, paper_effect=0.05)
+    assert d.power == "decided" and d.verdict == "partly"   # a real tie-break: narrow enough, effect absent
+
+
+def test_rules_are_written_for_every_kind():
+    for kind in ("superiority", "noninferiority", "equivalence", "exact", "trend", "every", "threshold",
+                 "not_applicable"):
+        rule = V.RULES[kind]
+        assert rule.kind == kind and rule.text().startswith(f"[{kind}]")
+        for field in ("quantity", "design", "exact", "unit", "min_effect"):
+            assert getattr(rule, field)
+    for kind in ("superiority", "noninferiority", "equivalence", "trend", "threshold"):
+        assert V.RULES[kind].partly == V.PARTLY
+
+
+# ----- checks on per-step frames -------------------------------------------------------------------
+
+def _frame(effects, steps=12, seed=0, noise=0.05, base=1.5, by=None):
+    """A per-step frame like paired_expected_tokens': prompts p0..pN (effect per prompt), two verifiers
+    on the same trees; ``by``: extra column values (one cell per value, effect scaled by the value)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cell in (by or [None]):
+        for i, eff in enumerate(effects):
+            for s in range(steps):
+                b = base + noise * rng.standard_normal()
+                a = b * (1 + eff * (cell if cell is not None else 1))
+                extra = {"x": cell} if cell is not None else {}
+                rows.append({"prompt_id": f"p{i}/s0", "step": s, "view": "tree", "verifier": "new",
+                             "expected_tokens": a, **extra})
+                rows.append({"prompt_id": f"p{i}/s0", "step": s, "view": "tree", "verifier": "old",
+                             "expected_tokens": b, **extra})
+    return pd.DataFrame(rows)
+
+
+def test_gain_check_matches_paired_gain_and_rules():
+    frame = _frame([0.02, 0.03, 0.025, 0.018, 0.04, 0.022])
+    d = V.GainCheck("c", "new", "old").evaluate(frame, seed=0)
+    ref = E.paired_gain(frame.assign(prompt_id=frame["prompt_id"].map(V.cluster_of)), "new", "old").iloc[0]
+    assert d.estimate == pytest.approx(ref["gain"], rel=1e-12)
+    assert d.verdict == "reproduced"
+    mixed = _frame([0.03, -0.03, 0.02, -0.02, 0.004, 0.0])
+    assert V.GainCheck("c", "new", "old").evaluate(mixed).verdict in ("partly", "not reproduced")
+    assert V.GainCheck("c", "new", "old", kind="noninferiority").evaluate(_frame([0.0] * 6)).verdict == "reproduced"
+    eq = V.GainCheck("c", "new", "old", kind="equivalence", margin=0.01).evaluate(_frame([0.001, -0.001] * 3))
+    assert eq.verdict == "reproduced"
+    # half the paper's effect when the paper's effect is small
+    assert V.GainCheck("c", "new", "old", paper_effect=0.002).min_effect_for() == pytest.approx(0.001)
+    # seeds of one prompt are one resampling unit
+    assert V.cluster_of("writing-03/s12") == "writing-03" and V.cluster_of("toy-1") == "toy-1"
+
+
+def test_trend_every_and_identity_checks():
+    up = _frame([0.01, 0.012, 0.011, 0.009, 0.013, 0.01], by=[1, 2, 3])
+    t = V.TrendCheck("t", "x", "new", "old").evaluate(up)
+    assert t.verdict == "reproduced" and "1: +" in t.detail
+    assert V.TrendCheck("t", "x", "new", "old", direction="decreasing").evaluate(up).verdict == "not reproduced"
+    level = V.TrendCheck("t", "x", "new", "old", gain_of="level").evaluate(up)
+    assert level.verdict in ("reproduced", "partly")
+    every = V.EveryCheck("e", ["x"], V.GainCheck("cell", "new", "old")).evaluate(up)
+    assert every.verdict == "reproduced" and every.detail.startswith("3/3")
+    same = up.copy()
+    same.loc[same["verifier"] == "new", "expected_tokens"] = same.loc[same["verifier"] == "old", "expected_tokens"].to_numpy()
+    assert V.IdentityCheck("i", "new", "old").evaluate(same).verdict == "reproduced"
+    assert V.IdentityCheck("i", "new", "old").evaluate(up).verdict == "not reproduced"
+
+
+def test_evaluate_and_to_claim():
+    frame = _frame([0.02, 0.03, 0.025, 0.018, 0.04, 0.022])
+    table = V.evaluate([V.GainCheck("gain", "new", "old", paper_effect=0.03)], frame)
+    assert list(table["verdict"]) == ["reproduced"]
+    assert table["power"].iloc[0] == "decided" or table["power"].iloc[0].startswith("underpowered")
+    d = V.GainCheck("gain", "new", "old").evaluate(frame)
+    record = V.to_claim(d, "traversal", "new > old", "+2%")
+    assert record.verdict == "reproduced" and record.ours == d.text() and record.notes.startswith("rule superiority")
+
+
+# ----- seed stability --------------------------------------------------------------------------------
+
+def test_seed_stability_flags_a_verdict_that_depends_on_the_bootstrap_seed():
+    frame = _frame([0.02, -0.01, 0.03, 0.0, 0.015, -0.005, 0.01], noise=0.1, seed=3)
+    check = V.GainCheck("diff", "new", "old", relative=False, min_effect=0.0)
+    lo = [check.evaluate(frame, s, n_boot=200).ci_low for s in (0, 1)]
+    assert lo[0] != lo[1]
+    # shift the method's values so that the null lies between the two seeds' lower CI ends: the
+    # difference statistic is shift-equivariant, so the CI ends move with the shift
+    shifted = frame.copy()
+    shifted.loc[shifted["verifier"] == "new", "expected_tokens"] -= (lo[0] + lo[1]) / 2
+    stable = V.GainCheck("clear", "new", "old", relative=False)
+    table = V.seed_stability([check, stable], shifted.assign(expected_tokens=shifted["expected_tokens"]), (0, 1),
+                             n_boot=200)
+    flip = table.set_index("claim").loc["diff"]
+    assert not flip["stable"] and {flip["verdict@0"], flip["verdict@1"]} == {"reproduced", "partly"}
+    big = _frame([0.05] * 7, noise=0.01)
+    assert V.seed_stability([V.GainCheck("clear", "new", "old")], big, (0, 1), n_boot=200)["stable"].all()
+
+
+def test_seed_stability_per_drafting_seed():
+    a = _frame([0.05] * 6, noise=0.01).assign(seed=0)
+    b = _frame([-0.05] * 6, noise=0.01, seed=1).assign(seed=1)
+    table = V.seed_stability([V.GainCheck("g", "new", "old")], pd.concat([a, b]), (0, 1), n_boot=200, split_by="seed")
+    row = table.iloc[0]
+    assert row["verdict[seed=0]"] == "reproduced" and row["verdict[seed=1]"] == "not reproduced"
+    assert row["stable_bootstrap"] and not row["stable_split"] and not row["stable"]
+    with pytest.raises(ValueError):
+        V.seed_stability([], a, (0,))
+
+
+def test_first_level_decision_is_exact_and_reports_the_sampled_difference():
+    from specdec_lib import traversal_identity as TI
+    from specdec_lib.exact import enumerate_drafts
+    from specdec_lib.models.synthetic import random_markov_pair
+    from specdec_lib.tree import binary
+
+    target, draft = random_markov_pair(3, 0.8, 2, eos=False)
+    gen = torch.Generator().manual_seed(0)
+    from specdec_lib.exact import sample_tree
+    records = [E.TreeRecord(f"p{i % 4}", "c", i // 4, sample_tree(target, draft, (0,), binary(3), "iid", gen), 1)
+               for i in range(40)]
+    d = V.first_level_decision(TI.first_level_frame(records))
+    assert d.verdict == "reproduced" and d.rule == "exact" and "sampled difference" in d.detail
+
+
+# ----- notebook expressions -> rules -----------------------------------------------------------------
+
+def _notebook_claims():
+    """(notebook, kind, claim text literal) for every R.claim / R.not_applicable call in notebooks."""
+    out = []
+    for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for m in re.finditer(r"R\.(claim|not_applicable)\(\s*(?:\w+|\"[^\"]*\")\s*,\s*(f?\"[^\"]*\")", src):
+                literal = m.group(2)
+                text = literal[2:-1] if literal.startswith("f") else literal[1:-1]
+                out.append((path.stem, m.group(1), text))
+    return out
+
+
+def test_every_notebook_claim_maps_to_a_rule():
+    claims = _notebook_claims()
+    assert len(claims) > 60
+    for notebook, call, text in claims:
+        if call == "not_applicable":
+            continue
+        entry = V.rule_entry(text, notebook)
+        assert entry[0] == notebook and entry[3] in V.RULES, (notebook, text, entry)
+    assert V.rule_for("n = 5: ASpS > SpS in tokens per step (all categories pooled)") == "superiority"
+    assert V.rule_for("P(τ ≥ 1) is the same for Tra.V and Tok.V (all the gain is at deeper levels)") == "exact"
+    with pytest.raises(KeyError):
+        V.rule_for("something no notebook claims")
+
+
+# ----- ties -------------------------------------------------------------------------------------------
+
+def test_every_tie_names_an_existing_test():
+    for (a, b, where), (theorem, tests) in V.TIES.items():
+        assert theorem and a != b
+        for ref in re.findall(r"tests/[\w/]+\.py::\w+", tests):
+            file, name = ref.split("::")
+            source = (ROOT / file).read_text()
+            assert re.search(rf"^def {name}\(", source, re.M), ref
+
+
+def _block_law_rational(q, p, x):
+    """Block Verification (Sun et al. Alg. 2; specs/traversal.md §2.6(b, c)) in exact rationals:
+    law[i][y] = P(tau = i, extra token y) on the chain x (q: L draft rows, p: L + 1 target rows)."""
+    L, vocab = len(x), len(p[0])
+    rho = [F(1)]
+    for i in range(1, L + 1):
+        rho.append(min(F(1), rho[i - 1] * p[i - 1][x[i - 1]] / q[i - 1][x[i - 1]]))
+    h, resid = [F(1)] + [F(0)] * L, [None] * (L + 1)
+    for i in range(L + 1):
+        if i == L:
+            h[i] = rho[L]
+            resid[i] = list(p[L])
+            continue
+        r = [max(F(0), rho[i] * a - b) for a, b in zip(p[i], q[i])]
+        s = sum(r)
+        if i > 0:
+            h[i] = s / (s + 1 - rho[i]) if s + 1 - rho[i] > 0 else F(0)
+        resid[i] = [v / s for v in r] if s > 0 else [F(0)] * vocab
+    law = []
+    for i in range(L + 1):
+        prob = h[i]
+        for j in range(i + 1, L + 1):
+            prob *= 1 - h[j]
+        law.append([prob * v for v in resid[i]])
+    return law
+
+
+def _asps_law_rational(q, p, x):
+    """ASpS (Hu & Huang Alg. 1) in exact rationals, from the spec's reference PN matrix
+    (tests/test_asps_fixtures.py::reference_pn): the law [L + 1][V] of (accepted count, extra token)."""
+    from test_asps_fixtures import reference_pn
+
+    pn, d = reference_pn(q, p, x, "asps")
+    L = len(x)
+    law = [list(row) for row in pn]
+    for k in range(L):
+        law[k][x[k]] = F(0)   # the draft cell holds the acceptance mass, not an emission
+    law.append([d * v for v in p[L]])
+    return law
+
+
+def test_tie_asps_equals_block_in_exact_rationals():
+    """TIES[("block", "asps", "chains")]: on every drafted chain ASpS and block verification have the
+    same law of (accepted prefix, extra token), EXACTLY (Fractions) on random rational toy chains
+    (V = 2..5, gamma = 1..4, rows with and without zeros); also equal to both implementations."""
+    from test_asps_fixtures import _random_rational_row, chain
+
+    rng = random.Random(13)
+    differs = 0
+    for trial in range(60):
+        vocab, L = rng.randint(2, 5), rng.randint(1, 4)
+        q = [_random_rational_row(rng, vocab, zeros=trial % 2 == 1) for _ in range(L)]
+        p = [_random_rational_row(rng, vocab, zeros=trial % 3 == 0) for _ in range(L + 1)]
+        x = [rng.choice([t for t in range(vocab) if q[k][t] > 0]) for k in range(L)]
+        asps, block = _asps_law_rational(q, p, x), _block_law_rational(q, p, x)
+        assert asps == block, (trial, asps, block)
+        assert sum(sum(r) for r in block) == 1
+        tree = chain(x, q, p)
+        want = torch.tensor([[float(v) for v in r] for r in block], dtype=torch.float64)
+        for name in ("asps", "block", "traversal"):
+            assert torch.allclose(exact_law(name, tree), want, atol=1e-12, rtol=0), (trial, name)
+        differs += not torch.allclose(exact_law("token", tree), want, atol=1e-9, rtol=0)
+    assert differs > 0  # control: token verification is a different law on some of these chains
