@@ -51,10 +51,8 @@ RESULTS_DIR = REPO_ROOT / "data" / "results"
 DEFAULT_SEQUOIA = "sequoia:16x6"
 INDEPENDENT = "smollm2-135m-draft"
 DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2",
-                   f"token/chain:1@{INDEPENDENT}", f"token/chain:2@{INDEPENDENT}",
-                   "token/chain:2", "token/chain:4", "block/chain:4", "asps/chain:4", "traversal/chain:4",
-                   "token/specinfer:2x3", "erss/kary:2x3", "token/sequoia:16x6", "token/sequoia:32x8",
-                   "traversal/sequoia:32x8")
+                   f"token/chain:1@{INDEPENDENT}", f"token/chain:2@{INDEPENDENT}", f"token/sequoia:16x6@{INDEPENDENT}",
+                   "token/chain:2", "token/chain:4", "block/chain:4", "token/sequoia:16x6", "token/sequoia:32x8")
 
 
 def _sync(device) -> None:

@@ -30,7 +30,7 @@ from .data import FeatureSample, load_feature_samples, sample_with_features, sav
 from .model import EAGLE_DIR, FeatureDraft, export_feature_draft
 from .train import acceptance_by_depth, mean_acceptance
 
-__all__ = ["heldout_samples", "forward_times", "measure", "main"]
+__all__ = ["heldout_samples", "forward_times", "measure", "comparison_frame", "category_frame", "main"]
 
 TEMPERATURES = (1.0, 0.6, 0.2)
 
@@ -112,6 +112,30 @@ def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], ca
                                    "num_samples": 8}}
 
 
+def comparison_frame(record: dict):
+    """Acceptance by depth and temperature of the feature draft beside the independent draft it started
+    from, on the same held-out positions (both measured by `main`): a long DataFrame with columns
+    ``draft``, ``temperature``, ``depth``, ``acceptance``."""
+    import pandas as pd
+
+    ev = record["evaluation"]
+    rows = []
+    for label, table in (("feature draft (smollm2-135m-eagle)", ev["acceptance_by_depth"]),
+                         ("independent draft (smollm2-135m-draft)", ev["independent_draft_same_positions"])):
+        for temperature, values in table.items():
+            rows += [{"draft": label, "temperature": float(temperature), "depth": d, "acceptance": v}
+                     for d, v in enumerate(values, start=1)]
+    return pd.DataFrame(rows)
+
+
+def category_frame(record: dict, temperature: str = "1.0", depth: int = 1):
+    """The feature draft's acceptance per prompt category at one temperature and depth."""
+    import pandas as pd
+
+    by_cat = record["evaluation"]["acceptance_by_category"]
+    return pd.DataFrame([{"category": c, "acceptance": v[temperature][depth - 1]} for c, v in by_cat.items()])
+
+
 def _loss_curve(run_dir: Path) -> list:
     path = run_dir / "train_log.jsonl"
     if not path.is_file():
@@ -133,8 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-dir", default="distill_runs/eagle")
     ap.add_argument("--export", action="store_true", help=f"write the draft and its record to {EAGLE_DIR}")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--init", action="store_true", help="measure the untrained feature draft (no checkpoint)")
     ap.add_argument("--per-category", type=int, default=None,
-                    help="only the first N held-out prompts of each category (a quick look; not cached)")
+                    help="only the first N held-out prompts of each category")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     run = Path(a.run_dir)
@@ -142,16 +167,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     draft = build_feature_draft(lm)
     head_vocab = load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
     use_subset_head(draft.student, head_vocab)
-    saved = torch.load(run / "checkpoint.pt", weights_only=False)
-    draft.load_state_dict(saved["draft"], strict=False)
     draft.eval()
+    saved = torch.load(run / "checkpoint.pt", weights_only=False) if not a.init else {"state": {}}
     t0 = time.time()
-    cache = None if a.per_category else run / "heldout.safetensors"
+    cache = run / (f"heldout_{a.per_category}_per_category.safetensors" if a.per_category else "heldout.safetensors")
     samples, cats = heldout_samples(load_model("smollm2-135m-instruct", dtype="bfloat16"), cache,
                                     per_category=a.per_category)
+    # the same positions with the feature input still zero: the independent draft it started from
+    baseline = mean_acceptance(acceptance_by_depth(draft, lm.model, samples, 8, TEMPERATURES))
+    if not a.init:
+        draft.load_state_dict(saved["draft"], strict=False)
     evaluation = measure(draft, lm, samples, cats)
+    evaluation["independent_draft_same_positions"] = baseline
     evaluation["minutes"] = (time.time() - t0) / 60
-    print(json.dumps({k: evaluation[k] for k in ("mean_acceptance", "acceptance_by_depth")}, indent=1), flush=True)
+    print(json.dumps({k: evaluation[k] for k in ("mean_acceptance", "acceptance_by_depth",
+                                                  "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
     data = json.loads((run / "data" / "progress.json").read_text())
