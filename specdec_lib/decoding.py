@@ -243,7 +243,8 @@ def _check_prompt_ids(lm, prompt: list[int]) -> None:
     low, high = min(prompt), max(prompt)
     if low < 0 or (vocab is not None and high >= vocab):
         bad = low if low < 0 else high
-        raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary [0, {vocab}) of {getattr(lm, 'name', 'the model')!r}")
+        raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary [0, {vocab}) of "
+                         f"{getattr(lm, 'name', 'the model')!r}")
 
 
 def _check_length(lm, prompt: list[int], extra: int) -> None:
