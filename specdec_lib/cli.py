@@ -5,14 +5,24 @@ Examples::
     python -m specdec_lib reproduce                       # every notebook, default profile -> reports/
     python -m specdec_lib reproduce --profile smoke       # toy models, seconds -> reports/smoke/
     python -m specdec_lib reproduce --notebook 04_block -p num_prompts 2 -p temperatures "[0.6, 1.0]"
+                                                          # -> reports/custom/, data/results/custom/
     python -m specdec_lib index                           # rebuild reports/index.html from claims/*.json
     python -m specdec_lib bench --help                    # timing benchmark (specdec_lib.benchmark)
+
+``-p NAME VALUE`` overrides a name of the notebooks' ``parameters`` cell; an unknown name, ``profile``
+(use ``--profile``) or a malformed value is an error before anything runs. Values of text parameters
+(`TEXT_PARAMETERS`, or a string default) are taken as written; every other value must be a Python/JSON
+literal (``3``, ``0.5``, ``[0.6, 1.0]``, ``None``, ``true``) of the default's type. A run with ``-p``
+writes to ``reports/custom/`` and ``data/results/custom/`` and never replaces the published
+``reports/`` and ``data/results/`` (nor does a smoke run) unless ``--publish`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,17 +30,94 @@ from typing import Any, Sequence
 from . import reports
 
 
-def parse_value(text: str) -> Any:
-    """A ``-p`` value: a Python/JSON literal when it parses (``3``, ``0.5``, ``[4, 8]``, ``None``), else text."""
-    lowered = text.strip().lower()
+TEXT_PARAMETERS = frozenset({"target_model", "draft_model", "device", "dtype", "split"})
+"""Notebook parameters whose values are text even though their default is None."""
+
+_OPENERS, _CLOSERS = ("[", "{", "(", '"', "'"), ("]", "}", ")", '"', "'")
+_NUMBERISH = re.compile(r"[+-]?[0-9._]*[0-9][0-9._eE+-]*")
+
+
+def parse_value(text: str, strict: bool = False) -> Any:
+    """A ``-p`` value: a Python/JSON literal when it parses (``3``, ``0.5``, ``[4, 8]``, ``None``,
+    ``true``, ``{"a": 1}``), else the text itself. ValueError for text that only looks like a literal
+    (brackets or quotes that do not close, a malformed number such as ``0.6.1``) and, with ``strict``,
+    for any text that is not a literal."""
+    stripped = text.strip()
+    lowered = stripped.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
     if lowered in ("none", "null"):
         return None
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+        return ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    if strict or not stripped or stripped.startswith(_OPENERS) or stripped.endswith(_CLOSERS) \
+            or _NUMBERISH.fullmatch(stripped):
+        raise ValueError(f"{text!r} is not a valid value: expected a Python/JSON literal such as 3, 0.5, "
+                         f"[0.6, 1.0], None or true")
+    return text
+
+
+def _fits(value: Any, default: Any) -> bool:
+    """Whether ``value`` has the type the notebook's (non-None) default suggests."""
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def parse_parameters(pairs: Sequence[Sequence[str]], notebooks: Sequence[str],
+                     notebook_dir: Path | str = reports.NOTEBOOK_DIR) -> dict[str, Any]:
+    """The ``-p NAME VALUE`` pairs as papermill parameters, checked against the ``parameters`` cells of
+    ``notebooks``. ValueError naming the parameter for ``profile`` (use ``--profile``), a name given twice,
+    a name no notebook declares, a malformed value, or a value of another type than the default's."""
+    raw: dict[str, str] = {}
+    for name, text in pairs:
+        if name == "profile":
+            raise ValueError(f"-p profile {text}: the profile is not a notebook parameter; use --profile {text} "
+                             f"(it also picks the models and the reports folder)")
+        if name in raw:
+            raise ValueError(f"-p {name} is given twice ({raw[name]!r} and {text!r})")
+        raw[name] = text
+    if not raw:
+        return {}
+    reports.check_parameters(notebooks, raw, notebook_dir)  # unknown names -> ValueError
+    defaults: dict[str, list[Any]] = {}
+    for nb in notebooks:
+        for name, default in reports.notebook_parameters(nb, notebook_dir).items():
+            if name in raw:
+                defaults.setdefault(name, []).append(default)
+    out: dict[str, Any] = {}
+    for name, text in raw.items():
+        known = [d for d in defaults[name] if d is not None and d is not reports.NOT_A_LITERAL]
+        if name in TEXT_PARAMETERS or (known and all(isinstance(d, str) for d in known)):
+            stripped = text.strip()
+            if stripped.lower() in ("none", "null"):
+                out[name] = None
+            elif stripped[:1] in ("'", '"') and stripped[-1:] == stripped[:1]:
+                out[name] = parse_value(stripped, strict=True)
+            else:
+                out[name] = text
+            continue
+        try:
+            value = parse_value(text, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"-p {name}: {exc}") from None
+        if value is not None and known and not any(_fits(value, d) for d in known):
+            raise ValueError(f"-p {name}: {value!r} ({type(value).__name__}) does not match the type of the "
+                             f"notebook's default {known[0]!r} ({type(known[0]).__name__})")
+        out[name] = value
+    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,11 +131,19 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--notebook", "-n", action="append", default=None, metavar="NAME",
                      help="run only this notebook (e.g. 04_block; repeatable); default: all")
     rep.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                     help="extra papermill parameter (value parsed as a Python literal when possible)")
+                     help="override a name of the notebooks' parameters cell (unknown names and 'profile' "
+                          "are errors: use --profile); text parameters (models, device, dtype, split) take "
+                          "the value as written, the others a Python/JSON literal, e.g. -p temperatures "
+                          "'[0.6]'. A run with -p writes to reports/custom/ and data/results/custom/")
+    rep.add_argument("--publish", action="store_true",
+                     help="let a run with -p parameters, or a smoke run, write into the published reports/ "
+                          "and data/results/ (replacing the reports made with the notebooks' own settings)")
     rep.add_argument("--reports-dir", type=Path, default=None,
-                     help="where reports go (default: reports/, or reports/smoke/ for the smoke profile)")
+                     help="where reports go (default: reports/, reports/smoke/ for the smoke profile, "
+                          "their custom/ subfolder for a run with -p)")
     rep.add_argument("--results-dir", type=Path, default=None,
-                     help="where result data go (default: data/results/, or data/results/smoke/ for smoke)")
+                     help="where result data go (default: data/results/, data/results/smoke/ for smoke, "
+                          "their custom/ subfolder for a run with -p)")
     rep.add_argument("--notebook-dir", type=Path, default=reports.NOTEBOOK_DIR, help="folder of the notebooks")
     rep.add_argument("--timeout", type=int, default=None, help="per-cell execution timeout in seconds")
     rep.add_argument("--log-output", action="store_true", help="stream the notebooks' output to the terminal")
@@ -65,20 +160,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    if args.list:
-        for name in reports.list_notebooks(args.notebook_dir):
-            print(name)
-        return 0
+    # every argument is checked before anything is written
     try:
+        if args.list:
+            for name in reports.list_notebooks(args.notebook_dir):
+                print(name)
+            return 0
         notebooks = reports.resolve_notebooks(args.notebook, args.notebook_dir)
+        params = parse_parameters(args.parameter, notebooks, args.notebook_dir)
+        reports_dir, results_dir = reports.destinations(args.profile, params, args.reports_dir,
+                                                        args.results_dir, args.publish)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    params = {name: parse_value(value) for name, value in args.parameter}
-    runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=args.reports_dir,
-                             results_dir=args.results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
-                             log_output=args.log_output, execution_timeout=args.timeout)
-    reports_dir = args.reports_dir or reports.default_reports_dir(args.profile)
+    runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=reports_dir,
+                             results_dir=results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
+                             log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish)
     failed = [r.notebook for r in runs if r.status != "ok"]
     print(f"index: {Path(reports_dir) / 'index.html'}")
     if failed:
@@ -119,4 +216,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
-__all__ = ["main", "parse_value"]
+__all__ = ["main", "parse_value", "parse_parameters", "TEXT_PARAMETERS"]

@@ -19,8 +19,11 @@ same seed gives the same output. Timings synchronise CUDA before reading the clo
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -99,27 +102,54 @@ def check_pair(target, draft) -> None:
             raise ValueError(f"draft {draft.name!r} and target {target.name!r} use different tokenizers")
 
 
-def measured_acceptance_vector(temperature: float | None = None) -> list[float]:
-    """The positional acceptance vector measured by the distillation (``draft.json`` of the offline
-    draft): key ``acceptance_vectors`` (temperature string -> list; nearest temperature is used) or
-    ``acceptance_vector`` (a list)."""
+def measured_acceptance_vector(temperature: float | None = None,
+                               directory: str | Path | None = None) -> list[float]:
+    """Sequoia's positional acceptance vector measured for a distilled draft, read from its record
+    ``draft.json`` in ``directory`` (default: the offline draft, ``data/models/smollm2-135m-draft``).
+
+    The distillation (`distill`) stores it as ``evaluation.sequoia_positional_acceptance``, measured at
+    ``evaluation.temperature`` (one temperature: it is returned whatever ``temperature`` is asked for).
+    Records may instead hold ``acceptance_vectors`` (temperature string -> list; the nearest temperature
+    to ``temperature`` is used, the highest when None) or ``acceptance_vector`` (a list). ValueError
+    naming the file when there is no record or it holds no vector."""
     from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
 
-    path = DRAFT_DIR / DRAFT_JSON_FILE
+    path = Path(DRAFT_DIR if directory is None else directory) / DRAFT_JSON_FILE
     if not path.is_file():
         raise ValueError(f"no measured acceptance vector: {path} does not exist; pass acceptance_vector=")
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"no measured acceptance vector: cannot read {path}: {exc}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"no measured acceptance vector: {path} does not hold a JSON object")
+
+    def vector_of(value, where: str) -> list[float] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value or \
+                not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            raise ValueError(f"{path}: {where} must be a non-empty list of numbers, got {value!r:.80}")
+        return [float(x) for x in value]
+
+    evaluation = record.get("evaluation")
+    if isinstance(evaluation, dict):
+        vector = vector_of(evaluation.get("sequoia_positional_acceptance"),
+                           "evaluation.sequoia_positional_acceptance")
+        if vector is not None:
+            return vector
     vectors = record.get("acceptance_vectors")
     if isinstance(vectors, dict) and vectors:
         if temperature is None:
-            key = sorted(vectors)[-1]
+            key = max(vectors, key=float)
         else:
             key = min(vectors, key=lambda k: abs(float(k) - float(temperature)))
-        return [float(x) for x in vectors[key]]
-    vector = record.get("acceptance_vector")
-    if isinstance(vector, list) and vector:
-        return [float(x) for x in vector]
-    raise ValueError(f"{path} holds no acceptance_vector(s); pass acceptance_vector=")
+        return vector_of(vectors[key], f"acceptance_vectors[{key!r}]")
+    vector = vector_of(record.get("acceptance_vector"), "acceptance_vector")
+    if vector is not None:
+        return vector
+    raise ValueError(f"{path} holds no measured acceptance vector (evaluation.sequoia_positional_acceptance); "
+                     f"pass acceptance_vector=, or measure one with theory.positional_acceptance")
 
 
 def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
@@ -175,12 +205,55 @@ def _sync(*lms) -> None:
             torch.cuda.synchronize(lm.device)
 
 
+def _check_int(name: str, value, minimum: int | None = None) -> int:
+    """``value`` as an int; ValueError naming ``name`` for anything that is not an integer (a bool,
+    a float such as 8.0 or 0.5, a string, a non-scalar tensor) or is below ``minimum``."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == torch.bool:
+        raise ValueError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        out = operator.index(value)  # int, numpy integers, 0-d integer tensors; never floats
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    return int(out)
+
+
 def _prompt_list(prompt_ids) -> list[int]:
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).tolist() \
-        if not isinstance(prompt_ids, list) else [int(t) for t in prompt_ids]
+    """The prompt as a list of ints. Accepted: a 1-D sequence / tensor / array of integer token ids, or
+    a batch of one ``[1, n]``. ValueError naming ``prompt_ids`` for text, float or bool ids (1.5 is no
+    token) and for batches of several rows (one generation decodes one sequence)."""
+    if isinstance(prompt_ids, (str, bytes)):
+        raise ValueError("prompt_ids must be token ids, not text: encode it first (lm.encode(text))")
+    if isinstance(prompt_ids, (list, tuple)) and all(
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt_ids):
+        ids = [int(t) for t in prompt_ids]  # the common case, no tensor round trip
+    else:
+        try:
+            tensor = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.as_tensor(prompt_ids)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"prompt_ids must be a sequence or tensor of integer token ids: {exc}") from None
+        if tensor.numel() and (tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex()):
+            raise ValueError(f"prompt_ids must hold integer token ids, got dtype {tensor.dtype}")
+        if tensor.dim() == 2 and tensor.shape[0] == 1:
+            tensor = tensor[0]
+        if tensor.dim() != 1:
+            raise ValueError(f"prompt_ids must be 1-D [n] or a batch of one [1, n], got shape "
+                             f"{tuple(tensor.shape)} (generate one prompt per call)")
+        ids = [int(t) for t in tensor.tolist()]
     if not ids:
         raise ValueError("the prompt is empty: give at least one token")
     return ids
+
+
+def _check_prompt_ids(lm, prompt: list[int]) -> None:
+    """ValueError unless every prompt id is a row of ``lm``'s vocabulary."""
+    vocab = getattr(lm, "vocab_size", None)
+    low, high = min(prompt), max(prompt)
+    if low < 0 or (vocab is not None and high >= vocab):
+        bad = low if low < 0 else high
+        raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary [0, {vocab}) of "
+                         f"{getattr(lm, 'name', 'the model')!r}")
 
 
 def _check_length(lm, prompt: list[int], extra: int) -> None:
@@ -205,7 +278,7 @@ def _cut(emitted: list[int], remaining: int, eos: int | None) -> tuple[list[int]
 def _resolve_eos(eos_token_id, ignore_eos: bool, lm) -> int | None:
     if ignore_eos:
         return None
-    return lm.eos_token_id if eos_token_id is None else int(eos_token_id)
+    return lm.eos_token_id if eos_token_id is None else _check_int("eos_token_id", eos_token_id, 0)
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -234,11 +307,12 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     check_sampling_args(temperature, top_p)
     get_verifier(verifier)  # unknown verifier -> ValueError before any work
     check_pair(target, draft)
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
+    seed = _check_int("seed", seed)
+    prompt = _prompt_list(prompt_ids)
+    _check_prompt_ids(target, prompt)
     parents = resolve_shape(shape, acceptance_vector, temperature)
     max_depth = max(parent_depths(parents))
-    prompt = _prompt_list(prompt_ids)
     for lm in (target, draft):  # the deepest tree node must fit behind the prompt
         _check_length(lm, prompt, max(1, max_depth))
     eos = _resolve_eos(eos_token_id, ignore_eos, target)
@@ -303,9 +377,10 @@ def autoregressive_generate(target, prompt_ids, temperature: float = 1.0, top_p:
     """Plain sampling from ``target`` with the same distributions (`sampling.process_logits`) and a
     KV cache; one step per token (``steps[i].target_s`` = forward + processing seconds)."""
     check_sampling_args(temperature, top_p)
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
+    seed = _check_int("seed", seed)
     prompt = _prompt_list(prompt_ids)
+    _check_prompt_ids(target, prompt)
     _check_length(target, prompt, 1)
     eos = _resolve_eos(eos_token_id, ignore_eos, target)
     gen = torch.Generator().manual_seed(int(seed))

@@ -20,7 +20,8 @@ forward per level) and draws each node's children from its draft row:
   draft's support is an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh
   race at a leaf.
 
-Every random number comes from the ``generator`` passed in. Leaf draft rows are left at zero ("not
+Every random number comes from the ``generator`` passed in (a ``torch.Generator``; None is a
+ValueError, never torch's global RNG). Leaf draft rows are left at zero ("not
 computed"); the draft is never run on the last level.
 """
 
@@ -32,6 +33,7 @@ from typing import Callable, Sequence
 import torch
 
 from .tree import SAMPLING_MODES, DraftTree, parent_children, parent_depths, validate_parents
+from .verifiers.base import check_generator
 
 DraftFn = Callable[[torch.Tensor, list[int], list[int]], torch.Tensor]
 """``draft_fn(tokens, parents, nodes) -> [len(nodes), V]``: ``tokens`` (LongTensor [n]) and
@@ -158,6 +160,7 @@ def draw_children(q: torch.Tensor, k: int, sampling: str, generator: torch.Gener
     ``race_out`` when given)."""
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+    check_generator(generator)
     vocab = q.shape[0]
     if sampling == "iid":
         return _iid(q, k, generator), None
@@ -186,6 +189,7 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
     """
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+    check_generator(generator)
     parents = validate_parents(shape_parents)
     depths = parent_depths(parents)
     if any(a > b for a, b in zip(depths, depths[1:])):

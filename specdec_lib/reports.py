@@ -13,11 +13,21 @@ failed/<notebook>.ipynb the partial executed notebook of the last failed run (an
 
 A run stages everything (executed notebook, HTML, claims, result data) in a temporary folder and moves it
 into place only when the notebook succeeded, so a failing notebook never overwrites the last good report;
-its rows in the index are marked ``failed`` and link to the failed output.
+its rows in the index are marked ``failed`` and link to the failed output. The staging folder is removed
+however the run ends (an error, Ctrl-C).
+
+Published results: ``reports/`` and ``data/results/`` hold the reports of the notebooks' own settings.
+A run with overridden parameters (``parameters=`` / ``-p``) writes to ``reports/custom/`` and
+``data/results/custom/`` instead (``reports/smoke/custom/`` ... for smoke), and neither such a run nor a
+smoke run may write into the published folders, even when they are named explicitly, unless
+``publish=True`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
+before anything runs: ``profile`` is not a parameter (it picks the models and the folders; pass
+``profile=``), and a name no selected notebook declares is a ValueError.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime as _dt
 import html
@@ -52,16 +62,54 @@ class NotebookRun:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-def default_reports_dir(profile: str) -> Path:
-    """``reports/`` for real runs, ``reports/smoke/`` for the smoke profile."""
-    _check_profile(profile)
-    return REPO_ROOT / "reports" / ("smoke" if profile == "smoke" else "")
+PUBLISHED_REPORTS_DIR = REPO_ROOT / "reports"
+PUBLISHED_RESULTS_DIR = REPO_ROOT / "data" / "results"
+CUSTOM = "custom"
 
 
-def default_results_dir(profile: str) -> Path:
-    """``data/results/`` for real runs, ``data/results/smoke/`` for the smoke profile."""
+def default_reports_dir(profile: str, custom: bool = False) -> Path:
+    """``reports/`` for real runs, ``reports/smoke/`` for the smoke profile; with ``custom`` (a run with
+    overridden parameters) their ``custom/`` subfolder."""
     _check_profile(profile)
-    return REPO_ROOT / "data" / "results" / ("smoke" if profile == "smoke" else "")
+    base = PUBLISHED_REPORTS_DIR / ("smoke" if profile == "smoke" else "")
+    return base / CUSTOM if custom else base
+
+
+def default_results_dir(profile: str, custom: bool = False) -> Path:
+    """``data/results/`` for real runs, ``data/results/smoke/`` for the smoke profile; with ``custom``
+    their ``custom/`` subfolder."""
+    _check_profile(profile)
+    base = PUBLISHED_RESULTS_DIR / ("smoke" if profile == "smoke" else "")
+    return base / CUSTOM if custom else base
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def destinations(profile: str, parameters: Mapping[str, Any] | None = None,
+                 reports_dir: Path | str | None = None, results_dir: Path | str | None = None,
+                 publish: bool = False) -> tuple[Path, Path]:
+    """(reports folder, results folder) of a run.
+
+    Defaults: `default_reports_dir` / `default_results_dir`, in their ``custom/`` subfolder when
+    ``parameters`` override anything (unless ``publish``). A run with parameters or on the smoke profile
+    may not write into the published ``reports/`` or ``data/results/`` (ValueError naming the folder)
+    unless ``publish=True``: a smaller or toy run never replaces the published reports and data.
+    """
+    _check_profile(profile)
+    custom = bool(parameters) and not publish
+    reports = Path(reports_dir) if reports_dir is not None else default_reports_dir(profile, custom)
+    results = Path(results_dir) if results_dir is not None else default_results_dir(profile, custom)
+    if not publish and (parameters or profile == "smoke"):
+        why = f"parameters {sorted(parameters)}" if parameters else "the smoke profile"
+        for arg, folder, published, default in (
+                ("reports_dir", reports, PUBLISHED_REPORTS_DIR, default_reports_dir(profile, True)),
+                ("results_dir", results, PUBLISHED_RESULTS_DIR, default_results_dir(profile, True))):
+            if _same_dir(folder, published):
+                raise ValueError(f"{arg}: a run with {why} would replace the published {published}; write "
+                                 f"it elsewhere (by default {default}) or pass publish=True (--publish)")
+    return reports, results
 
 
 def _check_profile(profile: str) -> None:
@@ -70,13 +118,20 @@ def _check_profile(profile: str) -> None:
 
 
 def list_notebooks(notebook_dir: Path | str = NOTEBOOK_DIR) -> list[str]:
-    """Names (without ``.ipynb``) of the workbook's notebooks, in run order."""
-    return sorted(p.stem for p in Path(notebook_dir).glob("*.ipynb") if not p.name.startswith("."))
+    """Names (without ``.ipynb``) of the workbook's notebooks, in run order; ValueError naming
+    ``notebook_dir`` when it is not a directory."""
+    folder = Path(notebook_dir)
+    if not folder.is_dir():
+        raise ValueError(f"notebook_dir {str(folder)!r} is not a directory")
+    return sorted(p.stem for p in folder.glob("*.ipynb") if not p.name.startswith("."))
 
 
 def resolve_notebooks(names: Iterable[str] | None, notebook_dir: Path | str = NOTEBOOK_DIR) -> list[str]:
-    """Match requested names (``04_block``, ``04``, ``block`` or ``04_block.ipynb``) against the notebooks."""
+    """Match requested names (``04_block``, ``04``, ``block`` or ``04_block.ipynb``) against the notebooks.
+    ValueError for an unknown name, a missing ``notebook_dir`` or one without notebooks."""
     known = list_notebooks(notebook_dir)
+    if not known:
+        raise ValueError(f"notebook_dir {str(notebook_dir)!r} holds no notebooks (*.ipynb)")
     if not names:
         return known
     out = []
@@ -88,6 +143,60 @@ def resolve_notebooks(names: Iterable[str] | None, notebook_dir: Path | str = NO
             raise ValueError(f"unknown notebook {name!r}; known: {', '.join(known)}")
         out.extend(h for h in hits if h not in out)
     return out
+
+
+class _NotALiteral:
+    def __repr__(self) -> str:
+        return "<not a literal>"
+
+
+NOT_A_LITERAL = _NotALiteral()
+
+
+def notebook_parameters(name: str, notebook_dir: Path | str = NOTEBOOK_DIR) -> dict[str, Any]:
+    """The names assigned in notebook ``name``'s cell tagged ``parameters`` with their default values
+    (`NOT_A_LITERAL` for a default that is an expression). ValueError when there is no such cell."""
+    import nbformat
+
+    path = Path(notebook_dir) / f"{name}.ipynb"
+    if not path.is_file():
+        raise ValueError(f"no notebook {path}")
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        raise ValueError(f"notebook {name} has no cell tagged 'parameters': it takes no parameters")
+    out: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    out[target.id] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError):
+                    out[target.id] = NOT_A_LITERAL
+    return out
+
+
+def check_parameters(notebooks: Iterable[str], parameters: Mapping[str, Any] | None,
+                     notebook_dir: Path | str = NOTEBOOK_DIR) -> dict[str, dict[str, Any]]:
+    """Per notebook, the ``parameters`` it declares (in its ``parameters`` cell).
+
+    ValueError, before anything runs, for ``profile`` (it is chosen with ``profile=`` / ``--profile``,
+    which also picks the models and the reports folder) and for a name that none of ``notebooks``
+    declares (the message lists the names they do declare)."""
+    parameters = dict(parameters or {})
+    names = list(notebooks)
+    if "profile" in parameters:
+        raise ValueError("parameters: 'profile' is not a notebook parameter to override; choose the profile "
+                         "with profile= (the --profile option), which also picks the reports folder")
+    declared = {n: notebook_parameters(n, notebook_dir) if parameters else {} for n in names}
+    known = sorted(set().union(*declared.values()) - {"profile"}) if declared else []
+    unknown = sorted(k for k in parameters if not any(k in d for d in declared.values()))
+    if unknown:
+        raise ValueError(f"parameters: unknown name(s) {', '.join(map(repr, unknown))} for notebook(s) "
+                         f"{', '.join(names)}; known: {', '.join(known) or 'none'}")
+    return {n: {k: v for k, v in parameters.items() if k in declared[n]} for n in names}
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -118,14 +227,21 @@ def render_html(notebook_path: Path | str, html_path: Path | str) -> Path:
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
-    """Move folder ``src`` to ``dst``, replacing ``dst`` (the old copy is removed only after the move)."""
+    """Move folder ``src`` to ``dst``, replacing ``dst`` (the old copy is removed only after the move,
+    and put back if the move fails or is interrupted)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     old = None
     if dst.exists():
         old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(dst, old)
-    shutil.move(str(src), str(dst))
+    try:
+        shutil.move(str(src), str(dst))
+    except BaseException:
+        if old is not None:
+            shutil.rmtree(dst, ignore_errors=True)
+            os.replace(old, dst)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -133,45 +249,48 @@ def _replace_dir(src: Path, dst: Path) -> None:
 def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, Any] | None = None,
                  reports_dir: Path | str | None = None, results_dir: Path | str | None = None,
                  notebook_dir: Path | str = NOTEBOOK_DIR, progress_bar: bool = True, log_output: bool = False,
-                 execution_timeout: int | None = None) -> NotebookRun:
+                 execution_timeout: int | None = None, publish: bool = False) -> NotebookRun:
     """Execute one notebook with papermill and publish its report, claims and results on success.
 
-    The notebook gets ``profile`` and ``parameters`` injected after its ``parameters`` cell. Nothing of a
-    failed run replaces the last good report: the partial executed notebook goes to
-    ``<reports>/failed/<name>.ipynb`` (and ``.html``), and ``status.json`` records the error.
+    The notebook gets ``profile`` and ``parameters`` injected after its ``parameters`` cell; every
+    parameter must be declared there (`check_parameters`). Folders: `destinations` (with parameters,
+    the ``custom/`` subfolders; the published folders only with ``publish=True``). Nothing of a failed
+    or interrupted run replaces the last good report: the partial executed notebook of a failed run goes
+    to ``<reports>/failed/<name>.ipynb`` (and ``.html``), and ``status.json`` records the error; the
+    staging folder is removed in every case (Ctrl-C included).
     """
     import papermill as pm
 
     _check_profile(profile)
-    reports = Path(reports_dir) if reports_dir is not None else default_reports_dir(profile)
-    results = Path(results_dir) if results_dir is not None else default_results_dir(profile)
     source = Path(notebook_dir) / f"{name}.ipynb"
     if not source.exists():
         raise ValueError(f"no notebook {source}")
+    check_parameters([name], parameters, notebook_dir)
+    reports, results = destinations(profile, parameters, reports_dir, results_dir, publish)
     params = {"profile": profile, **dict(parameters or {})}
     reports.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     stage = Path(tempfile.mkdtemp(prefix=f".stage-{name}-", dir=reports))
-    executed = stage / f"{name}.ipynb"
-    error = ""
-    try:
-        with _environ({"SPECDEC_CLAIMS_DIR": str(stage / "claims"),
-                       "SPECDEC_RESULTS_DIR": str(stage / "results"),
-                       "SPECDEC_PROFILE": profile,
-                       "MPLBACKEND": "Agg"}):
-            pm.execute_notebook(str(source), str(executed), parameters=params, kernel_name=KERNEL,
-                                language="python", cwd=str(source.parent), progress_bar=progress_bar,
-                                log_output=log_output, execution_timeout=execution_timeout)
-        claims_file = stage / "claims" / f"{name}.json"
-        if not claims_file.exists():
-            raise RuntimeError(f"notebook {name} ran but saved no claims (results.save_claims('{name}', ...))")
-        load_claims(claims_file)  # validates every record
-        render_html(executed, stage / f"{name}.html")
-    except Exception as exc:  # noqa: BLE001 - any failure of one notebook is recorded, never propagated
-        error = _describe(exc)
-    duration = time.perf_counter() - t0
-    try:
+    try:  # the stage goes whatever happens, KeyboardInterrupt included
+        executed = stage / f"{name}.ipynb"
+        error = ""
+        try:
+            with _environ({"SPECDEC_CLAIMS_DIR": str(stage / "claims"),
+                           "SPECDEC_RESULTS_DIR": str(stage / "results"),
+                           "SPECDEC_PROFILE": profile,
+                           "MPLBACKEND": "Agg"}):
+                pm.execute_notebook(str(source), str(executed), parameters=params, kernel_name=KERNEL,
+                                    language="python", cwd=str(source.parent), progress_bar=progress_bar,
+                                    log_output=log_output, execution_timeout=execution_timeout)
+            claims_file = stage / "claims" / f"{name}.json"
+            if not claims_file.exists():
+                raise RuntimeError(f"notebook {name} ran but saved no claims (results.save_claims('{name}', ...))")
+            load_claims(claims_file)  # validates every record
+            render_html(executed, stage / f"{name}.html")
+        except Exception as exc:  # noqa: BLE001 - any failure of one notebook is recorded, never propagated
+            error = _describe(exc)
+        duration = time.perf_counter() - t0
         if error:
             failed = reports / "failed"
             failed.mkdir(parents=True, exist_ok=True)
@@ -231,15 +350,20 @@ def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
 def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
               parameters: Mapping[str, Any] | None = None, reports_dir: Path | str | None = None,
               results_dir: Path | str | None = None, notebook_dir: Path | str = NOTEBOOK_DIR,
-              progress: bool = True, log_output: bool = False, execution_timeout: int | None = None
-              ) -> list[NotebookRun]:
+              progress: bool = True, log_output: bool = False, execution_timeout: int | None = None,
+              publish: bool = False) -> list[NotebookRun]:
     """Run the notebooks (all by default) one after another, then write ``index.html``.
 
-    A failing notebook is recorded and the next one runs.
+    Everything is checked before anything is written: the notebooks (``notebook_dir`` must hold them),
+    the parameters (`check_parameters`; each notebook gets those its ``parameters`` cell declares) and
+    the folders (`destinations`: a run with parameters goes to the ``custom/`` subfolders and never
+    into the published ``reports/`` / ``data/results/`` unless ``publish=True``). A failing notebook is
+    recorded and the next one runs.
     """
     _check_profile(profile)
     names = resolve_notebooks(notebooks, notebook_dir)
-    reports = Path(reports_dir) if reports_dir is not None else default_reports_dir(profile)
+    per_notebook = check_parameters(names, parameters, notebook_dir)
+    reports, results_dir = destinations(profile, parameters, reports_dir, results_dir, publish)
     runs = []
     try:
         from tqdm.auto import tqdm
@@ -249,8 +373,9 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     for name in bar:
         if hasattr(bar, "set_postfix_str"):
             bar.set_postfix_str(name)
-        run = run_notebook(name, profile, parameters, reports, results_dir, notebook_dir,
-                           progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout)
+        run = run_notebook(name, profile, per_notebook[name], reports, results_dir, notebook_dir,
+                           progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout,
+                           publish=publish)
         runs.append(run)
         print(f"[{run.status:>6}] {name} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
               flush=True)
@@ -347,6 +472,7 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     return atomic_write_text(reports / "index.html", "\n".join(out))
 
 
-__all__ = ["PROFILES", "NOTEBOOK_DIR", "NotebookRun", "default_reports_dir", "default_results_dir",
-           "list_notebooks", "resolve_notebooks", "render_html", "run_notebook", "reproduce", "load_status",
-           "index_rows", "build_index"]
+__all__ = ["PROFILES", "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "NotebookRun",
+           "default_reports_dir", "default_results_dir", "destinations", "list_notebooks", "resolve_notebooks",
+           "notebook_parameters", "check_parameters", "NOT_A_LITERAL", "render_html", "run_notebook", "reproduce",
+           "load_status", "index_rows", "build_index"]

@@ -42,6 +42,12 @@ class DraftTree:
     race: torch.Tensor | None = field(default=None)
 
     def __post_init__(self) -> None:
+        # plain sequences (lists, tuples, numpy arrays) become tensors; anything else is refused by name
+        for name, kind in (("tokens", "ids"), ("parents", "ids"), ("draft_probs", "rows"),
+                           ("target_probs", "rows"), ("race", "rows")):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, torch.Tensor):
+                object.__setattr__(self, name, _as_tensor(name, value, kind))
         _validate(self)
 
     # ----- structure -------------------------------------------------------------------------
@@ -90,6 +96,28 @@ class DraftTree:
         return DraftTree(self.tokens, self.parents, self.draft_probs, target_probs, self.sampling, self.race)
 
 
+def _as_tensor(name: str, value, kind: str) -> torch.Tensor:
+    """A list / tuple / array argument of `DraftTree` as a tensor: ids keep their (integer) dtype, rows
+    become float64; ValueError naming the argument when it is not numeric."""
+    if isinstance(value, (str, bytes, dict, set)):
+        raise ValueError(f"DraftTree {name} must be a tensor or a sequence of numbers, got {type(value).__name__}")
+    try:
+        if kind == "rows":
+            return torch.as_tensor(value, dtype=torch.float64)
+        out = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"DraftTree {name} must be a tensor or a sequence of numbers: {exc}") from None
+    if out.numel() == 0 and out.is_floating_point():  # an empty list: no dtype to check
+        out = out.long()
+    return out
+
+
+def _check_integer(name: str, values: torch.Tensor) -> None:
+    """ValueError unless ``values`` has an integer dtype: a float 1.5 is no token id or parent."""
+    if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
+        raise ValueError(f"DraftTree {name} must hold integers (an integer dtype), got dtype {values.dtype}")
+
+
 def _validate(tree: DraftTree) -> None:
     tokens, parents, q, p = tree.tokens, tree.parents, tree.draft_probs, tree.target_probs
     if tree.sampling not in SAMPLING_MODES:
@@ -99,6 +127,8 @@ def _validate(tree: DraftTree) -> None:
     n = tokens.shape[0]
     if n < 1:
         raise ValueError("a draft tree needs at least the root node")
+    _check_integer("tokens", tokens)
+    _check_integer("parents", parents)
     if parents.shape[0] != n:
         raise ValueError(f"parents has {parents.shape[0]} entries but tokens has {n}")
     for name, rows in (("draft_probs", q), ("target_probs", p)):
@@ -157,10 +187,15 @@ def _check_rows(name: str, rows: torch.Tensor, selected: torch.Tensor, allow_all
         return
     index = torch.nonzero(selected).flatten()
     # Two vectorised passes: a NaN/inf entry makes its row sum non-finite; the row minimum finds
-    # negative entries. Summation error is ~1e-6 for 49k float32 entries, but a float32 softmax over
-    # 49k peaked logits can itself miss 1 by ~1e-5: build rows in float64 (as
-    # `sampling.process_logits` does) when they must pass this check.
-    sums = sub.sum(dim=1).to(torch.float64)
+    # negative entries. Sums are taken in float64 whatever the rows' dtype (a bfloat16 / float16 sum is
+    # rounded to 8 / 11 bits, and a float16 sum can overflow). Summation error is ~1e-6 for 49k float32
+    # entries, but a float32 softmax over 49k peaked logits can itself miss 1 by ~1e-5: build rows in
+    # float64 (as `sampling.process_logits` does) when they must pass this check. Rows stored in a
+    # dtype coarser than float32 may miss 1 by their own rounding (at most eps/2 of the sum when each
+    # entry is rounded once), so their tolerance is that dtype's eps.
+    sums = sub.to(torch.float64).sum(dim=1)
+    tolerance = max(ROW_SUM_TOLERANCE, torch.finfo(rows.dtype).eps) if rows.is_floating_point() \
+        else ROW_SUM_TOLERANCE
     problems = (
         (~torch.isfinite(sums), "has non-finite entries"),
         (sub.amin(dim=1) < 0, "has negative entries"),
@@ -168,14 +203,14 @@ def _check_rows(name: str, rows: torch.Tensor, selected: torch.Tensor, allow_all
     for bad, what in problems:
         if bool(bad.any()):
             raise ValueError(f"node {int(index[int(torch.nonzero(bad)[0])])}: {name} row {what}")
-    bad = (sums - 1).abs() > ROW_SUM_TOLERANCE
+    bad = (sums - 1).abs() > tolerance
     if allow_all_zero:
         bad &= sums != 0
     if bool(bad.any()):
         k = int(torch.nonzero(bad)[0])
         expected = "1 or all zeros" if allow_all_zero else "1"
         raise ValueError(f"node {int(index[k])}: {name} row sums to {float(sums[k])}, not {expected} "
-                         f"(within {ROW_SUM_TOLERANCE})")
+                         f"(within {tolerance:g})")
 
 
 # ----- shape builders (parent lists, root included) -------------------------------------------

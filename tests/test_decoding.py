@@ -264,6 +264,98 @@ def test_errors(target, draft2):
         autoregressive_generate(target, ids, max_new_tokens=0)
 
 
+def test_bad_prompt_seed_and_length_arguments(tiny_pair):
+    """Issue #13: a prompt batch of two rows, float / bool ids, non-integer seed or max_new_tokens are
+    ValueErrors naming the argument (both generate functions); a batch of one [1, n] is fine."""
+    tgt, dr = tiny_pair
+    prompt = [5, 17, 42, 8]
+    kw = dict(shape="chain:2", temperature=1.0, max_new_tokens=3, ignore_eos=True, seed=0)
+    ref = speculative_generate(tgt, dr, prompt, **kw).tokens
+    assert speculative_generate(tgt, dr, torch.tensor([prompt]), **kw).tokens == ref
+    assert speculative_generate(tgt, dr, tuple(prompt), **kw).tokens == ref
+    assert speculative_generate(tgt, dr, torch.tensor(prompt, dtype=torch.int32), **kw).tokens == ref
+    ar = dict(temperature=1.0, max_new_tokens=3, ignore_eos=True, seed=0)
+    assert autoregressive_generate(tgt, torch.tensor([prompt]), **ar).tokens == \
+        autoregressive_generate(tgt, prompt, **ar).tokens
+
+    def both(match, prompt_ids=prompt, **overrides):
+        with pytest.raises(ValueError, match=match):
+            speculative_generate(tgt, dr, prompt_ids, **{**kw, **overrides})
+        with pytest.raises(ValueError, match=match):
+            autoregressive_generate(tgt, prompt_ids, **{**ar, **overrides})
+
+    both("batch of one", torch.tensor([prompt, prompt]))
+    both("batch of one", [prompt, prompt])
+    both("prompt_ids must hold integer", torch.tensor([5.0, 17.5, 42.0]))
+    both("prompt_ids must hold integer", [5, 17.5, 42])
+    both("prompt_ids must hold integer", torch.tensor([True, False]))
+    both("not text", "hello")
+    both("outside the vocabulary", [5, 97])
+    both("outside the vocabulary", [-1, 5])
+    for bad in (1.5, 0.0, "0", True, None):
+        both("seed must be an integer", seed=bad)
+    for bad in (2.0, "3", True, 2.5):
+        both("max_new_tokens must be an integer", max_new_tokens=bad)
+    both("max_new_tokens must be >= 1", max_new_tokens=0)
+    both("eos_token_id must be an integer", eos_token_id=1.5, ignore_eos=False)
+    import numpy as np
+
+    assert speculative_generate(tgt, dr, prompt, **{**kw, "seed": np.int64(0)}).tokens == ref
+
+
+def test_generator_none_is_refused():
+    """Issue #13: no silent fall back to torch's global RNG: every drawing entry point needs a Generator."""
+    from specdec_lib.drafting import draw_children, draw_tree
+    from specdec_lib.tree import DraftTree
+    from specdec_lib.verifiers import verify
+    from specdec_lib.verifiers.base import sample_categorical, uniform
+
+    row = torch.tensor([0.25, 0.25, 0.5], dtype=torch.float64)
+    tree = DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]), row.expand(2, 3).clone(), row.expand(2, 3).clone())
+    for verifier in ("token", "block", "traversal"):
+        with pytest.raises(ValueError, match="generator must be a torch.Generator"):
+            verify(verifier, tree, None)
+    with pytest.raises(ValueError, match="generator must be a torch.Generator"):
+        draw_tree([-1, 0], 0, lambda t, p, n: row.expand(len(n), 3), "iid", None)
+    with pytest.raises(ValueError, match="generator must be a torch.Generator"):
+        draw_children(row, 2, "without_replacement", 0)
+    with pytest.raises(ValueError, match="generator must be a torch.Generator"):
+        sample_categorical(row, None)
+    with pytest.raises(ValueError, match="generator must be a torch.Generator"):
+        uniform(None)
+    assert verify("token", tree, torch.Generator().manual_seed(0)).token in (0, 1, 2)
+
+
+def test_measured_acceptance_vector_reads_the_draft_record(tmp_path):
+    """Issue #13: "sequoia:N" without acceptance_vector= reads the vector where draft.json stores it
+    (evaluation.sequoia_positional_acceptance); another draft's record is read from its directory."""
+    from specdec_lib.models.offline import DRAFT_DIR
+    from specdec_lib.theory import sequoia_tree
+    from specdec_lib.tree import level_order
+
+    if (DRAFT_DIR / "draft.json").is_file():
+        stored = json.loads((DRAFT_DIR / "draft.json").read_text())["evaluation"]["sequoia_positional_acceptance"]
+        assert decoding.measured_acceptance_vector() == stored
+        assert decoding.measured_acceptance_vector(0.6) == stored
+        parents = resolve_shape("sequoia:6")
+        assert len(parents) == 6 and parents == level_order(sequoia_tree(stored, 6)[0])
+    other = tmp_path / "other-draft"
+    other.mkdir()
+    with pytest.raises(ValueError, match="does not exist"):
+        decoding.measured_acceptance_vector(directory=other)
+    (other / "draft.json").write_text(json.dumps({"evaluation": {"sequoia_positional_acceptance": [0.5, 0.2]}}))
+    assert decoding.measured_acceptance_vector(directory=other) == [0.5, 0.2]
+    (other / "draft.json").write_text(json.dumps({"acceptance_vectors": {"0.6": [0.7], "1.0": [0.4]}}))
+    assert decoding.measured_acceptance_vector(0.5, directory=str(other)) == [0.7]
+    assert decoding.measured_acceptance_vector(directory=other) == [0.4]
+    (other / "draft.json").write_text(json.dumps({"evaluation": {"mean_acceptance": 0.3}}))
+    with pytest.raises(ValueError, match="holds no measured acceptance vector"):
+        decoding.measured_acceptance_vector(directory=other)
+    (other / "draft.json").write_text(json.dumps({"evaluation": {"sequoia_positional_acceptance": "high"}}))
+    with pytest.raises(ValueError, match="non-empty list of numbers"):
+        decoding.measured_acceptance_vector(directory=other)
+
+
 def test_resolve_shape():
     assert resolve_shape("chain:3") == [-1, 0, 1, 2]
     assert resolve_shape([-1, 0, 1, 0]) == [-1, 0, 0, 1]  # relabelled to level order

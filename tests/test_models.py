@@ -249,3 +249,54 @@ def test_bfloat16_tree_pass_runs(tiny):
     tokens, parents = _random_tree(97, 9, seed=6)
     out = lm.session([4, 9]).tree_logits(tokens, parents)
     assert torch.isfinite(out).all() and out.shape == (len(tokens), 97)
+
+
+# ----- bad arguments fail fast (issue #13) ----------------------------------------------------------
+
+def test_unknown_model_fails_fast_and_lists_the_offline_names(monkeypatch):
+    """No ~25 s of hub retries: offline it is refused at once; with the hub unreachable (here a closed
+    local port) one request decides. Either way the message lists the offline names."""
+    import time
+
+    import huggingface_hub.constants as hub_constants
+
+    from specdec_lib.models import OFFLINE_NAMES, hf
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="smollm2-135m-instruct") as err:
+        load_model("unknown-owner-xyz/no-such-model")
+    assert all(n in str(err.value) for n in OFFLINE_NAMES) and "offline" in str(err.value)
+    with pytest.raises(ValueError, match="smollm2-135m-draft"):
+        load_model("./no/such/dir")
+    with pytest.raises(ValueError, match="offline names"):
+        load_model("not a valid id!")
+    # online mode, but the hub cannot be reached: one request, no retries
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(hf, "HUB_TIMEOUT_S", 2.0)
+    with pytest.raises(ValueError, match="cannot be reached") as err:
+        load_model("unknown-owner-xyz/no-such-model")
+    assert all(n in str(err.value) for n in OFFLINE_NAMES)
+    assert time.perf_counter() - t0 < 8
+
+
+def test_unavailable_device_is_a_value_error(monkeypatch):
+    """device="cuda" on a machine without one: ValueError naming ``device`` (not torch's AssertionError),
+    raised before any loading, for the offline names and any HF id alike."""
+    from specdec_lib.models import hf
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("smollm2-135m-instruct", "smollm2-135m-draft", "some-owner/some-model"):
+        with pytest.raises(ValueError, match="device 'cuda'"):
+            load_model(name, device="cuda")
+    with pytest.raises(ValueError, match="device 'cuda:0'"):
+        offline.load_target(device="cuda:0")
+    with pytest.raises(ValueError, match="device 'cuda'"):
+        hf.load_hf("some-owner/some-model", device="cuda")
+    with pytest.raises(ValueError, match="device 'gpu'"):
+        load_model("smollm2-135m-instruct", device="gpu")
+    assert hf.resolve_device(None).type == "cpu" and hf.resolve_device("cpu") == torch.device("cpu")

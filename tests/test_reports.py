@@ -128,3 +128,112 @@ def test_resolve_notebooks(tmp_path):
         reports.resolve_notebooks(["99_nope"], tmp_path)
     with pytest.raises(ValueError, match="unknown profile"):
         reports.default_reports_dir("huge")
+
+
+# ----- bad input and data safety (issue #13): fast runs with papermill replaced by a fake -----------------
+
+def _fake_execute(calls, interrupt=False):
+    """A stand-in for papermill.execute_notebook: copies the notebook, then saves claims and one result
+    file as the notebook would (through the runner's staging variables), or raises KeyboardInterrupt."""
+
+    def execute(source, output, parameters=None, **_):
+        import os
+        from pathlib import Path
+
+        calls.append(dict(parameters or {}))
+        nbformat.write(nbformat.read(source, as_version=4), output)
+        if interrupt:
+            raise KeyboardInterrupt
+        name = Path(source).stem
+        assert os.environ["SPECDEC_RESULTS_DIR"].startswith(str(Path(output).parent))
+        results.save_results(f"{name}/numbers", {"parameters": json.dumps(parameters, sort_keys=True)}, {})
+        results.save_claims(name, [results.claim("block", "c", 1, 1, True)])
+
+    return execute
+
+
+def test_ctrl_c_leaves_no_staging_folder_and_keeps_the_report(tmp_path, monkeypatch):
+    import papermill
+
+    nbdir, rep, res = tmp_path / "nb", tmp_path / "reports", tmp_path / "results"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb", "")
+    calls = []
+    monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
+    assert reports.run_notebook("01_good", "smoke", {}, rep, res, nbdir, progress_bar=False).status == "ok"
+    html_before = (rep / "01_good.html").read_text()
+    monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls, interrupt=True))
+    with pytest.raises(KeyboardInterrupt):
+        reports.run_notebook("01_good", "smoke", {"fail": True}, rep, res, nbdir, progress_bar=False)
+    assert not list(rep.glob(".stage-*")) and not list(rep.glob(".*"))
+    assert (rep / "01_good.html").read_text() == html_before
+    assert (res / "01_good" / "numbers.json").exists() and (rep / "claims" / "01_good.json").exists()
+    assert reports.load_status(rep)["01_good"]["status"] == "ok"
+
+
+def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monkeypatch):
+    """The full run's data/results survive a smaller run: -p runs go to custom/, and writing them (or a
+    smoke run) into the published folders needs publish=True."""
+    import papermill
+
+    published_rep, published_res = tmp_path / "reports", tmp_path / "data" / "results"
+    monkeypatch.setattr(reports, "PUBLISHED_REPORTS_DIR", published_rep)
+    monkeypatch.setattr(reports, "PUBLISHED_RESULTS_DIR", published_res)
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb", "")
+    _notebook(nbdir / "02_other.ipynb", "")
+    calls = []
+    monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
+
+    runs = reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False)  # the full run
+    assert [r.status for r in runs] == ["ok", "ok"]
+    full = (published_res / "01_good" / "numbers.json").read_text()
+    full_html = (published_rep / "01_good.html").read_text()
+
+    runs = reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False)
+    assert runs[0].status == "ok" and calls[-1] == {"profile": "default", "fail": False}
+    assert (published_res / "01_good" / "numbers.json").read_text() == full
+    assert (published_rep / "01_good.html").read_text() == full_html
+    assert (published_res / "custom" / "01_good" / "numbers.json").exists()
+    assert (published_rep / "custom" / "01_good.html").exists() and (published_rep / "custom" / "index.html").exists()
+    assert reports.load_status(published_rep)["01_good"]["parameters"] == {"profile": "default"}
+
+    # naming the published folders explicitly is refused for a run with parameters or a smoke run ...
+    n = len(calls)
+    with pytest.raises(ValueError, match="reports_dir: a run with parameters"):
+        reports.reproduce(["01_good"], "default", {"fail": False}, published_rep, None, nbdir, progress=False)
+    with pytest.raises(ValueError, match="results_dir: a run with the smoke profile"):
+        reports.reproduce(["01_good"], "smoke", None, tmp_path / "toy", published_res, nbdir, progress=False)
+    with pytest.raises(ValueError, match="reports_dir"):
+        reports.run_notebook("01_good", "default", {"fail": False}, published_rep, None, nbdir)
+    assert len(calls) == n  # nothing ran
+    # ... and allowed with publish=True, which also makes the published folders the default
+    assert reports.destinations("default", {"fail": False}, publish=True) == (published_rep, published_res)
+    assert reports.destinations("smoke", {"fail": False}) == (published_rep / "smoke" / "custom",
+                                                              published_res / "smoke" / "custom")
+    reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, publish=True)
+    assert (published_res / "01_good" / "numbers.json").read_text() != full
+
+
+def test_parameters_are_checked_before_anything_runs(tmp_path, monkeypatch):
+    import papermill
+
+    nbdir, rep = tmp_path / "nb", tmp_path / "reports"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb", "")
+    assert reports.notebook_parameters("01_good", nbdir) == {"profile": "default", "fail": False}
+    calls = []
+    monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
+    with pytest.raises(ValueError, match="'profile' is not a notebook parameter"):
+        reports.reproduce(None, "default", {"profile": "smoke"}, rep, tmp_path / "res", nbdir, progress=False)
+    with pytest.raises(ValueError, match="unknown name.*'nope'.*known: fail"):
+        reports.reproduce(None, "default", {"nope": 1}, rep, tmp_path / "res", nbdir, progress=False)
+    with pytest.raises(ValueError, match="unknown name"):
+        reports.run_notebook("01_good", "default", {"nope": 1}, rep, tmp_path / "res", nbdir)
+    with pytest.raises(ValueError, match="notebook_dir .* is not a directory"):
+        reports.reproduce(None, "default", None, rep, tmp_path / "res", tmp_path / "missing", progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no notebooks"):
+        reports.reproduce(None, "default", None, rep, tmp_path / "res", tmp_path / "empty", progress=False)
+    assert not calls and not rep.exists()

@@ -93,3 +93,52 @@ def test_chain_parents():
     assert chain_parents(0) == [-1] and chain_parents(3) == [-1, 0, 1, 2]
     with pytest.raises(ValueError, match="chain length"):
         chain_parents(-1)
+
+
+# ----- argument types (issue #13: bad input) ----------------------------------------------------------
+
+def test_float_tokens_and_parents_are_refused():
+    """1.5 is no token id and no parent: float tensors are refused, not truncated to 1."""
+    with pytest.raises(ValueError, match="tokens must hold integers"):
+        make(tokens=(0.0, 1.5, 2.0))
+    with pytest.raises(ValueError, match="parents must hold integers"):
+        make(parents=(-1.0, 0.0, 1.0))
+    with pytest.raises(ValueError, match="tokens must hold integers"):
+        make(tokens=(True, False, True))
+
+
+def test_plain_lists_are_converted_or_refused_by_name():
+    tree = DraftTree([0, 1, 2], [-1, 0, 1], [ROW] * 3, [ROW] * 3)
+    assert tree.tokens.dtype == torch.long and tree.target_probs.dtype == torch.float64
+    assert tree.is_chain and tree.path_to(2) == (1, 2)
+    race = DraftTree((0, 1, 2), (-1, 0, 0), [ROW] * 3, [ROW] * 3, "race", [[1.0] * V] * 3)
+    assert race.race.dtype == torch.float64
+    with pytest.raises(ValueError, match="tokens must hold integers"):
+        DraftTree([0, 1.5, 2], [-1, 0, 1], [ROW] * 3, [ROW] * 3)
+    with pytest.raises(ValueError, match="DraftTree target_probs"):
+        DraftTree([0, 1, 2], [-1, 0, 1], [ROW] * 3, "not rows")
+    with pytest.raises(ValueError, match="DraftTree draft_probs"):
+        DraftTree([0, 1, 2], [-1, 0, 1], [[0.5], ROW, ROW], [ROW] * 3)
+
+
+def test_low_precision_rows_are_summed_in_float64():
+    """bfloat16 / float16 rows: the sum is taken in float64 against the dtype's own rounding."""
+    # a normalised float64 row over 1000 tokens rounded once to bfloat16: its exact sum misses 1 by
+    # more than 1e-5 but less than bfloat16's eps; the bfloat16 sum would be rounded to 8 bits
+    g = torch.Generator().manual_seed(0)
+    vocab = 1000
+    row64 = torch.rand(vocab, generator=g, dtype=torch.float64)
+    row64 /= row64.sum()
+    row = row64.to(torch.bfloat16)
+    assert abs(float(row.to(torch.float64).sum()) - 1) > 1e-5
+    full = row.expand(2, vocab).clone()
+    DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]), full, full)
+    # a float16 row whose float16 sum overflows: reported as a bad sum, not as non-finite entries
+    big = torch.zeros(2, 4, dtype=torch.float16)
+    big[:, 0] = big[:, 1] = 40000.0
+    with pytest.raises(ValueError, match="row sums to 80000"):
+        DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]), big, big)
+    # a bfloat16 row 2% off is refused (tolerance is bfloat16's eps, 0.0078)
+    off = torch.tensor([[0.51, 0.51, 0.0, 0.0]] * 2, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="target_probs row sums to"):
+        DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]), off, off)

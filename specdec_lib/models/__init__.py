@@ -10,7 +10,7 @@ Toy LMs over tiny vocabularies are in `specdec_lib.models.synthetic`.
 
 from __future__ import annotations
 
-from .hf import KVSession, LanguageModel, load_hf, tree_attention_mask
+from .hf import KVSession, LanguageModel, load_hf, resolve_device, resolve_dtype, tree_attention_mask
 from . import offline
 
 __all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
@@ -28,10 +28,18 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
     * ``"smollm2-135m-eagle"``: the feature draft (`specdec_lib.eagle.session.FeatureDraftLM`), built on
       ``target`` (default: the offline target loaded here);
     * anything else: an HF hub id or local directory (`hf.load_hf`; safetensors, no remote code;
-      ``device_map`` passes through to accelerate).
+      ``device_map`` passes through to accelerate). An id neither cached nor on a reachable hub is a
+      ValueError within seconds that lists the offline names.
+
+    ``device`` None means CUDA when available, else CPU; a device this machine lacks (``"cuda"``
+    without a GPU) is a ValueError naming ``device``.
     """
     if not isinstance(name_or_path, str) or not name_or_path:
-        raise ValueError("load_model needs a model name, HF id or directory")
+        raise ValueError(f"load_model needs a model name, HF id or directory (name_or_path); the offline "
+                         f"names are {', '.join(map(repr, OFFLINE_NAMES))}; got {name_or_path!r}")
+    resolve_dtype(dtype)  # bad arguments fail before any loading
+    if device_map is None:
+        resolve_device(device)
     if name_or_path == offline.TARGET_NAME:
         return offline.load_target(device=device, dtype=dtype)
     if name_or_path == offline.DRAFT_NAME:

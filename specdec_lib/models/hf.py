@@ -22,7 +22,10 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype"]
+__all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device"]
+
+HUB_TIMEOUT_S = 10.0
+"""Seconds the one hub lookup of `load_hf` may take before the model counts as unreachable."""
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -39,6 +42,29 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+def resolve_device(device) -> torch.device:
+    """``device`` as a ``torch.device`` (None: CUDA when available, else CPU). ValueError naming
+    ``device`` when it is no device name, or names a CUDA / MPS device this machine does not have
+    (instead of torch's AssertionError deep inside ``.to(device)``)."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {exc}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+                             f"use device='cpu' or device=None")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
+    return dev
 
 
 class LanguageModel:
@@ -338,18 +364,68 @@ class KVSession:
         self.commit([], token)
 
 
+def _offline_names() -> str:
+    from .offline import DRAFT_NAME, TARGET_NAME
+
+    return f"offline names: {TARGET_NAME!r}, {DRAFT_NAME!r}"
+
+
+def _hub_offline() -> bool:
+    """True when the hub must not be contacted (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``, read now
+    as well as when huggingface_hub was imported)."""
+    import os
+
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return bool(constants.HF_HUB_OFFLINE) or any(str(f).strip().lower() in ("1", "true", "yes", "on")
+                                                 for f in flags if f)
+
+
+def _check_hub_id(name: str) -> None:
+    """ValueError, fast, unless ``name`` is a model the hub can serve now: one metadata request with a
+    `HUB_TIMEOUT_S` timeout and no retries (transformers' own download retries for ~25 s when the hub is
+    unreachable)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if _hub_offline():
+        raise ValueError(f"could not load model {name!r}: it is not a local directory, not in the Hugging Face "
+                         f"cache, and the hub is offline (HF_HUB_OFFLINE); {_offline_names()}")
+    try:
+        HfApi().model_info(name, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        raise ValueError(f"could not load model {name!r}: it is gated on the Hugging Face hub; accept its terms "
+                         f"and log in (hf auth login), or use an offline model ({_offline_names()})") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"could not load model {name!r}: no such model on the Hugging Face hub (nor a local "
+                         f"directory or cached model); {_offline_names()}") from None
+    except Exception as exc:  # noqa: BLE001 - connection refused, DNS, timeout, proxy, HTTP 5xx ...
+        raise ValueError(f"could not load model {name!r}: it is not a local directory or cached, and the "
+                         f"Hugging Face hub cannot be reached ({type(exc).__name__}: {str(exc)[:200]}); "
+                         f"{_offline_names()}") from None
+
+
 def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: str | None = None) -> LanguageModel:
     """Any HF causal LM id or local directory -> `LanguageModel` (safetensors only, no remote code).
 
     ``device_map`` passes through to accelerate (e.g. "auto"); otherwise the model goes to ``device``
-    (default: CUDA when available, else CPU). ``dtype`` default: float32 on CPU, bfloat16 on CUDA.
-    Works offline (``HF_HUB_OFFLINE=1``) for models already in the HF cache.
+    (default: CUDA when available, else CPU; a device this machine lacks is a ValueError naming
+    ``device``). ``dtype`` default: float32 on CPU, bfloat16 on CUDA.
+
+    A hub id is read from the HF cache first (no network); otherwise the hub is asked once, with a
+    `HUB_TIMEOUT_S` timeout, so an unknown name or an unreachable hub is a ValueError within seconds
+    that lists the offline names. Works offline (``HF_HUB_OFFLINE=1``) for models already in the cache.
     """
+    from pathlib import Path
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
+        raise ValueError(f"name_or_path must be an HF id or a directory, got {name_or_path!r}")
     torch_dtype = resolve_dtype(dtype)
     if device_map is None:
-        device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = resolve_device(device)
     if torch_dtype is None:
         on_cuda = (device_map is not None and torch.cuda.is_available()) or \
             (device_map is None and device.type == "cuda")
@@ -357,12 +433,35 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     kwargs = dict(dtype=torch_dtype, use_safetensors=True, trust_remote_code=False)
     if device_map is not None:
         kwargs["device_map"] = device_map
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    local = path.is_dir()
+    if not local:
+        if path.exists():
+            raise ValueError(f"could not load model {text!r}: it is a file, not a model directory")
+        if isinstance(name_or_path, Path) or text.startswith((".", "/", "~", "\\")) or text.count("/") > 1:
+            raise ValueError(f"could not load model {text!r}: no such directory; {_offline_names()}")
+        from huggingface_hub.utils import validate_repo_id
+        from huggingface_hub.errors import HFValidationError
+
+        try:
+            validate_repo_id(text)
+        except HFValidationError as exc:
+            raise ValueError(f"could not load model {text!r}: neither a directory nor a valid HF id ({exc}); "
+                             f"{_offline_names()}") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+        try:  # a local directory, or a hub id already in the HF cache: no network
+            model = AutoModelForCausalLM.from_pretrained(text, local_files_only=True, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(text, local_files_only=True, trust_remote_code=False)
+        except OSError:
+            if local:
+                raise
+            _check_hub_id(text)
+            model = AutoModelForCausalLM.from_pretrained(text, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(text, trust_remote_code=False)
     except OSError as exc:
-        raise ValueError(f"could not load model {name_or_path!r} (an HF id, a local directory with "
-                         f"safetensors weights, or one of the offline names): {exc}") from exc
+        raise ValueError(f"could not load model {text!r} (an HF id, a local directory with safetensors "
+                         f"weights, or one of the offline names): {exc}; {_offline_names()}") from exc
     if device_map is None:
         model = model.to(device)
-    return LanguageModel(model, tokenizer, name or str(name_or_path))
+    return LanguageModel(model, tokenizer, name or text)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .hf import LanguageModel, resolve_dtype
+from .hf import LanguageModel, resolve_device, resolve_dtype
 
 TARGET_NAME = "smollm2-135m-instruct"
 DRAFT_NAME = "smollm2-135m-draft"
@@ -63,8 +63,7 @@ def gguf_path() -> Path:
 
 
 def _device_dtype(device, dtype):
-    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    return device, resolve_dtype(dtype) or torch.float32
+    return resolve_device(device), resolve_dtype(dtype) or torch.float32
 
 
 def _write_cache(target: Path) -> None:

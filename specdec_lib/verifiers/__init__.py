@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, expected_tokens_from_law
+from .base import Verdict, Verifier, check_generator, expected_tokens_from_law
 from . import token, asps, block, greedy_block, traversal, erss, spectr, match
 
 VERIFIERS: dict[str, Verifier] = {
@@ -29,8 +29,10 @@ def get_verifier(name: str) -> Verifier:
 
 
 def verify(name: str, tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
-    """Verify ``tree`` with verifier ``name``; ``generator`` is the only source of randomness."""
+    """Verify ``tree`` with verifier ``name``; ``generator`` (a ``torch.Generator``, required: None is a
+    ValueError) is the only source of randomness."""
     v = get_verifier(name)
+    check_generator(generator)
     v.check(tree)
     return v.sample(tree, generator, state)
 

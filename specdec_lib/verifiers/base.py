@@ -57,10 +57,20 @@ def expected_tokens_from_law(tree: DraftTree, law: torch.Tensor) -> float:
     return float(((depth + 1.0) * law.sum(dim=1)).sum())
 
 
+def check_generator(generator) -> torch.Generator:
+    """``generator`` itself; ValueError unless it is a ``torch.Generator``. ``None`` is refused: torch
+    would silently draw from its global RNG, and the same seed would no longer give the same output."""
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator (the only source of randomness; None would "
+                         f"silently use torch's global RNG), got {generator!r}")
+    return generator
+
+
 def sample_categorical(weights: torch.Tensor, generator: torch.Generator) -> int:
     """One draw from a non-negative (unnormalised) weight vector by inverting its float64 CDF with one
     uniform from ``generator`` (about 15x faster than ``torch.multinomial`` at V = 49152).
     Zero-weight entries are never drawn."""
+    check_generator(generator)
     cdf = torch.cumsum(weights.to(torch.float64).clamp_min(0), 0)
     total = float(cdf[-1])
     if not total > 0.0:
@@ -74,6 +84,7 @@ def sample_categorical(weights: torch.Tensor, generator: torch.Generator) -> int
 
 def uniform(generator: torch.Generator) -> float:
     """One U(0, 1) draw from the given generator."""
+    check_generator(generator)
     return float(torch.rand((), generator=generator, dtype=torch.float64))
 
 
