@@ -224,25 +224,24 @@ def _median(values):
 
 
 def _recorded_vector(name: str, temperature: float) -> list[float] | None:
-    """Sequoia's positional acceptance vector recorded in ``data/models/<name>/draft.json``, if any."""
-    path = REPO_ROOT / "data" / "models" / str(name) / "draft.json"
-    if not path.is_file():
+    """Sequoia's positional acceptance vector recorded for the draft ``data/models/<name>``, if any."""
+    try:
+        return measured_acceptance_vector(temperature, REPO_ROOT / "data" / "models" / str(name))
+    except ValueError:
         return None
-    record = json.loads(path.read_text())
-    vector = record.get("evaluation", {}).get("sequoia_positional_acceptance")
-    return [float(x) for x in vector] if vector else None
 
 
 def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int = 128, target="smollm2-135m-instruct",
                   draft="smollm2-135m-eagle", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
                   top_p: float = 1.0, seed: int = 0, acceptance_vector: Sequence[float] | None = None,
                   device=None, dtype=None, output: Path | str | None = None, warmup: bool = True,
-                  progress: bool = True, hf_draft="smollm2-135m-draft") -> dict:
+                  progress: bool = True, hf_draft=None) -> dict:
     """Run every method on every prompt; returns (and writes to ``output``, default
     ``data/results/bench_<host>.json``; ``output=False`` writes nothing) the results dict.
 
     ``target`` / ``draft`` / ``hf_draft``: names for `models.load_model` or loaded model objects; a
-    method ``...@<name>`` uses the draft of that name. ``prompts``: default the project's held-out prompts.
+    method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
+    default ``draft`` when HF can run it (not a feature draft) and the independent draft otherwise. ``prompts``: default the project's held-out prompts.
     """
     from tqdm.auto import tqdm
 
@@ -265,6 +264,9 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
         return name
 
     main_draft = draft if isinstance(draft, str) else draft.name
+    if hf_draft is None:
+        feature = (draft == "smollm2-135m-eagle") if isinstance(draft, str) else hasattr(draft, "paired_sessions")
+        hf_draft = INDEPENDENT if feature else draft
     for spec in specs:
         if spec["kind"] == "ours":
             spec["draft"] = named(spec.get("draft", draft))
@@ -371,7 +373,8 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="specdec bench", description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--draft", default="smollm2-135m-eagle", help="the draft of methods without '@<draft>'")
-    ap.add_argument("--hf-draft", default="smollm2-135m-draft", help="the draft of HF assisted generation")
+    ap.add_argument("--hf-draft", default=None,
+                    help=f"the draft of HF assisted generation (default --draft, or {INDEPENDENT} for the feature draft)")
     ap.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
     ap.add_argument("--num-prompts", type=int, default=None, help="first N prompts of the split (default all)")
     ap.add_argument("--per-category", type=int, default=None, help="first N prompts of each category")
@@ -382,9 +385,15 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names")
     ap.add_argument("--acceptance-vector", default=None, help="comma-separated p_1..p_K for Sequoia trees")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--dtype", default=None, help="target and drafts (autoregressive too): e.g. bfloat16")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (1 on a busy machine: OpenMP barriers stall 2-thread forwards)")
     ap.add_argument("--output", default=None, help="JSON path (default data/results/bench_<host>.json)")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     prompts = load_prompts(args.split, per_category=args.per_category)
     if args.num_prompts is not None:
         prompts = prompts[: args.num_prompts]

@@ -153,12 +153,13 @@ def measured_acceptance_vector(temperature: float | None = None,
 
 
 def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
-                  temperature: float | None = None) -> list[int]:
+                  temperature: float | None = None, record_dir: str | Path | None = None) -> list[int]:
     """A tree shape as a parents list (root included).
 
     ``shape``: a parents list (relabelled to level order if needed), a `tree.parse_shape` spec ("chain:8", "kary:2x3", "specinfer:4x5",
     "binary:4", "batch:3x4", "parents:-1,0,0"), or "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of
-    size N, depth unbounded or at most D, root included, from ``acceptance_vector`` or the measured one).
+    size N, depth unbounded or at most D, root included, from ``acceptance_vector`` or the one measured
+    for the draft whose record is in ``record_dir``, see `measured_acceptance_vector`).
     """
     if isinstance(shape, (list, tuple)):
         parents = [int(p) for p in shape]
@@ -173,7 +174,7 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
         from .theory import sequoia_tree
 
         vector = list(acceptance_vector) if acceptance_vector is not None \
-            else measured_acceptance_vector(temperature)
+            else measured_acceptance_vector(temperature, record_dir)
         parents, _ = sequoia_tree(vector, size=size, depth=depth)
         parents = [int(p) for p in parents]
     elif isinstance(shape, str):
@@ -311,7 +312,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     seed = _check_int("seed", seed)
     prompt = _prompt_list(prompt_ids)
     _check_prompt_ids(target, prompt)
-    parents = resolve_shape(shape, acceptance_vector, temperature)
+    parents = resolve_shape(shape, acceptance_vector, temperature, getattr(draft, "record_dir", None))
     max_depth = max(parent_depths(parents))
     for lm in (target, draft):  # the deepest tree node must fit behind the prompt
         _check_length(lm, prompt, max(1, max_depth))

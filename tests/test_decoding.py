@@ -492,7 +492,8 @@ def test_benchmark_smoke(target, draft2, tmp_path):
     hf = saved["parameters"]["hf_assisted_settings"]  # what HF resolved, not the unset config fields
     assert hf["before"]["num_assistant_tokens"] >= 1 and hf["after"]["num_assistant_tokens_schedule"]
     assert saved["parameters"]["small_batch_linears"] == {"target": target.small_batch_linears,
-                                                          "draft": draft2.small_batch_linears}
+                                                          draft2.name: draft2.small_batch_linears}
+    assert saved["parameters"]["hf_draft"] == draft2.name  # HF runs the draft it was given
 
 
 @pytest.mark.parametrize("draft_tokens", [1, 3])

@@ -118,11 +118,12 @@ class FeatureDraftLM:
 
     needs_target_features = True
 
-    def __init__(self, draft: FeatureDraft, target: LanguageModel, name: str):
+    def __init__(self, draft: FeatureDraft, target: LanguageModel, name: str, record_dir=None):
         from ..models.cpu_linear import use_small_batch_linear
 
         self.draft = draft.eval()
         self.target = target
+        self.record_dir = record_dir  # its draft.json: Sequoia's measured acceptance vector (sequoia:N shapes)
         self.model = draft.student  # config, embeddings and head, for KVSession and check_pair
         self.tokenizer = target.tokenizer
         self.name = name
@@ -178,5 +179,5 @@ def load_feature_draft_lm(target: LanguageModel | None = None, device=None, dtyp
 
     if target is None:
         target = load_target(device=device, dtype=dtype)
-    draft = load_feature_draft(target, EAGLE_DIR if directory is None else directory)
-    return FeatureDraftLM(draft, target, EAGLE_NAME)
+    directory = EAGLE_DIR if directory is None else directory
+    return FeatureDraftLM(load_feature_draft(target, directory), target, EAGLE_NAME, record_dir=directory)
