@@ -810,6 +810,9 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
 
     if pair.kind != "hf":
         raise ValueError("wall-clock timings need a real model pair (profile default or full)")
+    if getattr(pair.draft, "synthetic", False):
+        raise ValueError(f"{pair.draft.name} is a synthetic draft (models.interpolated): tokens per step only, "
+                         "never wall clock")
     rows = []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:

@@ -1,0 +1,466 @@
+"""Regime sweep: how each paper's verifier gain scales with the draft's per-token acceptance.
+
+The project's draft accepts about 0.34 per token (T = 1); the papers' pairs accept roughly 0.6-0.8. A
+verifier's expected tokens per step on a drafted tree is exact given the tree's rows, so the comparison
+needs no cheap draft, only drafts of higher acceptance at the same contexts. The SYNTHETIC family
+`models.interpolated.InterpolatedDraft` (q_lam ∝ q^(1 - lam) p^lam) provides them:
+
+1. `tune_lambda` / `tune_lambda_rows`: bisection on lam for a goal acceptance, measured on matched
+   target/draft rows at target-sampled contexts (`experiments.matched_rows`); acceptance = mean over the
+   rows of sum_x min(p, q_lam) (`acceptance`), non-decreasing in lam (tests/test_regime.py checks it on rows);
+2. `sweep_frames`: for one (target, draft) pair, the same experiments as notebooks 01-05 (chains: token /
+   block / ASpS / traversal; binary trees: token / traversal; race-drawn trees: GSS / ERSS; Sequoia DP
+   trees without replacement vs SpecInfer k x L i.i.d. trees), through the library's exact machinery
+   (`experiments.paired_tokens_by_prompt`);
+3. `sweep_gains`: the paired gains of `COMPARISONS` (`experiments.paired_gain`);
+4. `run_sweep`: all of it for the real draft (lam = 0) and each goal.
+
+Tokens per step only: the synthetic drafts run a target forward per drafted level, so their timings mean
+nothing (never report wall clock from them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from . import experiments as E
+from .models.interpolated import InterpolatedDraft, InterpolatedToyLM, mix_rows, synthetic_name
+
+__all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "tune_lambda",
+           "interpolated_pair", "SweepConfig", "Comparison", "comparisons", "PaperPoint", "PAPER_POINTS",
+           "implied_acceptance", "paper_points", "race_parents", "sequoia_shapes", "sweep_frames",
+           "sweep_gains", "run_sweep", "range_verdict", "SweepResult"]
+
+GOALS = (0.6, 0.7, 0.8)
+
+
+# ----------------------------------------------------------------------------------------- tuning
+
+def acceptance(target_rows: torch.Tensor, draft_rows: torch.Tensor) -> float:
+    """Mean over rows of sum_x min(p(x), q(x)) (the per-token acceptance of one draft, 1 - TV)."""
+    p = torch.as_tensor(target_rows, dtype=torch.float64)
+    q = torch.as_tensor(draft_rows, dtype=torch.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"rows differ in shape: {tuple(p.shape)} vs {tuple(q.shape)}")
+    return float(torch.minimum(p, q).sum(-1).mean())
+
+
+def acceptance_curve(target_rows: torch.Tensor, draft_rows: torch.Tensor, lams: Sequence[float]) -> np.ndarray:
+    """`acceptance` of the synthetic draft q_lam (`models.interpolated.mix_rows`) for each lam."""
+    return np.array([acceptance(target_rows, mix_rows(target_rows, draft_rows, lam)) for lam in lams])
+
+
+@dataclass
+class LambdaFit:
+    """The lam whose synthetic draft reaches ``goal``: ``acceptance`` (achieved, same rows), the real
+    draft's ``draft_acceptance`` (lam = 0), the number of ``rows`` and bisection ``iterations``."""
+
+    goal: float
+    lam: float
+    acceptance: float
+    draft_acceptance: float
+    rows: int
+    iterations: int
+
+    @property
+    def name(self) -> str:
+        return synthetic_name(self.lam)
+
+
+def tune_lambda_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, goal: float, tol: float = 1e-3,
+                     max_iter: int = 60) -> LambdaFit:
+    """Bisection on lam in [0, 1] until the rows' acceptance of q_lam is within ``tol`` of ``goal``.
+
+    ``target_rows`` / ``draft_rows``: matched distributions at the sampling temperature (T > 0, top-p 1).
+    ValueError when the goal is below the draft's own acceptance or is not reached within ``tol`` (the
+    family keeps the draft's support for lam < 1, so goals above the target's mass on it are unreachable).
+    """
+    goal = float(goal)
+    if not 0.0 < goal < 1.0:
+        raise ValueError(f"goal acceptance must be in (0, 1), got {goal}")
+    lo, hi = 0.0, 1.0
+    a_lo = acceptance(target_rows, draft_rows)
+    rows = int(torch.as_tensor(target_rows).reshape(-1, torch.as_tensor(target_rows).shape[-1]).shape[0])
+    if a_lo > goal + tol:
+        raise ValueError(f"the draft already accepts {a_lo:.4f} > goal {goal}: nothing to interpolate")
+    if abs(a_lo - goal) <= tol:
+        return LambdaFit(goal, 0.0, a_lo, a_lo, rows, 0)
+    lam, a = 0.0, a_lo
+    for it in range(1, max_iter + 1):
+        lam = 0.5 * (lo + hi)
+        a = acceptance(target_rows, mix_rows(target_rows, draft_rows, lam))
+        if abs(a - goal) <= tol:
+            return LambdaFit(goal, lam, a, a_lo, rows, it)
+        if a < goal:
+            lo = lam
+        else:
+            hi = lam
+    raise ValueError(f"no lam reaches acceptance {goal} within {tol} (last lam {lam:.6f} gives {a:.4f}); "
+                     "the synthetic family keeps the draft's support, so its acceptance is bounded by the "
+                     "target's mass there")
+
+
+def _as_pair(pair_or_models) -> "E.Pair":
+    if isinstance(pair_or_models, E.Pair):
+        return pair_or_models
+    target, draft = pair_or_models
+    kind = "hf" if hasattr(target, "session") else "toy"
+    return E.Pair(target, draft, kind, f"{getattr(target, 'name', 'target')} / {getattr(draft, 'name', 'draft')}")
+
+
+def tune_lambda(pair_or_models, prompts: Sequence["E.PromptIds"], goal: float, temperature: float = 1.0,
+                max_new_tokens: int = 32, seed: int = 0, tol: float = 1e-3, rows=None,
+                progress: bool = False) -> LambdaFit:
+    """lam of the synthetic draft with per-token acceptance ``goal`` (`tune_lambda_rows`) on matched rows
+    of ``pair_or_models`` (an `experiments.Pair` or a (target, draft) tuple) along the target's own
+    continuations of ``prompts`` (`experiments.matched_rows`, top-p 1). ``rows``: precomputed (P, Q)."""
+    if float(temperature) <= 0.0:
+        raise ValueError("tune_lambda needs temperature > 0 (at T = 0 every row is one-hot)")
+    if rows is None:
+        rows = E.matched_rows(_as_pair(pair_or_models), prompts, temperature, 1.0, max_new_tokens=max_new_tokens,
+                              seed=seed, progress=progress)
+    P, Q = rows
+    return tune_lambda_rows(P, Q, goal, tol)
+
+
+def interpolated_pair(pair: "E.Pair", lam: float) -> "E.Pair":
+    """``pair`` with its draft replaced by the synthetic draft of weight ``lam`` (toy pairs:
+    `InterpolatedToyLM`, hf pairs: `InterpolatedDraft`). TOKENS PER STEP ONLY."""
+    if pair.kind == "toy":
+        draft = InterpolatedToyLM(pair.target, pair.draft, lam)
+    else:
+        draft = InterpolatedDraft(pair.target, pair.draft, lam)
+    return E.Pair(pair.target, draft, pair.kind, f"{pair.name} -> {synthetic_name(lam)}", 0.0, pair.context_free)
+
+
+# ----------------------------------------------------------------------------------------- the sweep
+
+@dataclass
+class SweepConfig:
+    """Sizes of the sweep's experiments (defaults: the papers' headline settings).
+
+    chain: drafted chain length (every chain comparison is a prefix of it); block_gamma / asps_n /
+    traversal_depth: the chain lengths compared for block vs token, ASpS vs SpS and traversal vs token;
+    binary_depth: drafted levels of the binary tree (traversal vs token); race_batch / race_sequence: the
+    star and the chain of the race-drawn tree (ERSS vs GSS); tree_size / tree_depth: size (root included)
+    and depth limit of the Sequoia and k x L trees; copies: independent chains / binary trees per context;
+    mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
+    this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees."""
+
+    temperature: float = 1.0
+    max_new_tokens: int = 16
+    seed: int = 0
+    chain: int = 10
+    block_gamma: int = 8
+    asps_n: int = 10
+    traversal_depth: int = 5
+    binary_depth: int = 5
+    race_batch: int = 4
+    race_sequence: int = 4
+    tree_size: int = 32
+    tree_depth: int = 8
+    copies: int = 2
+    binary_copies: int = 1
+    mc_samples: int = 8
+    shape_rows: int = 32
+    experiments: tuple = ("chain", "binary", "race", "trees")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "SweepConfig":
+        names = set(cls.__dataclass_fields__)
+        out = cls(**{k: v for k, v in values.items() if k in names})
+        out.experiments = tuple(out.experiments)
+        return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison: ``method`` vs ``baseline`` (values of ``column``) on ``view`` of
+    ``experiment``; ``pair_on`` as in `experiments.paired_gain`; ``paper``: a `results.PAPERS` key;
+    ``sign``: the claimed direction (+1: method ahead)."""
+
+    key: str
+    title: str
+    paper: str
+    experiment: str
+    view: str
+    method: str
+    baseline: str
+    column: str = "verifier"
+    pair_on: str = "tree"
+    sign: int = 1
+
+
+def comparisons(cfg: SweepConfig) -> list[Comparison]:
+    """The comparisons the papers make, at the sizes of ``cfg``."""
+    out = [
+        Comparison("block_vs_token", f"block vs token, chain γ = {cfg.block_gamma}", "block", "chain",
+                   f"chain:{cfg.block_gamma}", "block", "token"),
+        Comparison("asps_vs_sps", f"ASpS vs SpS, chain n = {cfg.asps_n}", "asps", "chain", f"chain:{cfg.asps_n}",
+                   "asps", "token"),
+        Comparison("traversal_chain", f"traversal vs token, chain depth {cfg.traversal_depth}", "traversal", "chain",
+                   f"chain:{cfg.traversal_depth}", "traversal", "token"),
+        Comparison("traversal_binary", f"traversal vs token, binary depth {cfg.binary_depth}", "traversal", "binary",
+                   f"binary:d{cfg.binary_depth}", "traversal", "token"),
+        Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
+                   "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", pair_on="prompt"),
+        Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "race",
+                   f"batch:{cfg.race_batch}", "erss", "token"),
+        Comparison("erss_sequence", f"ERSS vs GSS, sequence k = {cfg.race_sequence}", "erss", "race",
+                   f"sequence:{cfg.race_sequence}", "erss", "token", sign=-1),
+    ]
+    return [c for c in out if c.experiment in cfg.experiments]
+
+
+@dataclass(frozen=True)
+class PaperPoint:
+    """A paper's gain for a comparison. ``baseline_tokens`` / ``drafted``: the paper's baseline tokens per
+    step on a chain of that many drafts, when reported (gives `implied_acceptance`)."""
+
+    key: str
+    gain: float | None
+    label: str
+    baseline_tokens: float | None = None
+    drafted: int | None = None
+
+    @property
+    def implied_acceptance(self) -> float | None:
+        if self.baseline_tokens is None or self.drafted is None:
+            return None
+        return implied_acceptance(self.baseline_tokens, self.drafted)
+
+
+PAPER_POINTS = (
+    PaperPoint("block_vs_token", 0.0830, "Sun et al. PaLM-2 XXS→S (γ = 8)", 3.41, 8),
+    PaperPoint("block_vs_token", 0.0870, "Spec-Bench Vicuna-68M→7B (γ = 8)"),
+    PaperPoint("asps_vs_sps", 0.070, "Hu & Huang Table 7, summarization (n = 10)", 2.254, 10),
+    PaperPoint("asps_vs_sps", 0.037, "Hu & Huang Table 6, MT (n = 10)"),
+    PaperPoint("traversal_chain", 0.028, "Weng et al. Llama3 1B→8B (depth 5)", 3.88, 5),
+    PaperPoint("traversal_chain", 0.057, "Weng et al. 68M→7B (depth 5)"),
+    PaperPoint("traversal_binary", 0.022, "Weng et al. Llama3 1B→8B (depth 5)"),
+    PaperPoint("traversal_binary", 0.049, "Weng et al. 68M→7B (depth 5)"),
+    PaperPoint("sequoia_vs_specinfer", 0.04, "Chen et al. Table 4, low end (1.04×)"),
+    PaperPoint("sequoia_vs_specinfer", 0.31, "Chen et al. Table 4, high end (1.31×)"),
+    PaperPoint("erss_batch", None, "Kobus & Gündüz C1: ERSS > GSS for k ≥ 3 (no number)"),
+    PaperPoint("erss_sequence", None, "Kobus & Gündüz C2: GSS > ERSS on sequences (no number)"),
+)
+"""The papers' values (all T = 1, T = 1 chains). Paper pairs and sizes differ from ours (notebooks 01-05)."""
+
+
+def implied_acceptance(baseline_tokens: float, drafted: int) -> float:
+    """The i.i.d. per-token acceptance alpha with (1 - alpha^(n+1)) / (1 - alpha) = ``baseline_tokens``
+    (`theory.chain_expected_tokens`): the acceptance a paper's own token-verification tokens per step imply.
+    Acceptance varies over contexts and the tokens per step are convex in it, so this is an upper estimate
+    of the mean acceptance."""
+    from .theory import chain_expected_tokens
+
+    if not 1.0 <= baseline_tokens <= drafted + 1:
+        raise ValueError(f"baseline tokens {baseline_tokens} outside [1, {drafted + 1}]")
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if chain_expected_tokens(mid, drafted) < baseline_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def paper_points(keys: Sequence[str] | None = None):
+    """`PAPER_POINTS` as a DataFrame (key, gain, label, implied_acceptance)."""
+    import pandas as pd
+
+    rows = [{"key": p.key, "gain": p.gain, "label": p.label, "implied_acceptance": p.implied_acceptance}
+            for p in PAPER_POINTS if keys is None or p.key in keys]
+    return pd.DataFrame(rows)
+
+
+def race_parents(batch: int, sequence: int) -> list[int]:
+    """A race tree holding ERSS's batch(``batch``) (the root's children) and sequence(``sequence``) (the
+    chain under the first child) as sub-shapes (`experiments.restrict_to_shape`); level order."""
+    if batch < 1 or sequence < 1:
+        raise ValueError("batch and sequence must be >= 1")
+    parents = [-1] + [0] * batch
+    prev = 1
+    for _ in range(sequence - 1):
+        parents.append(prev)
+        prev = len(parents) - 1
+    return parents
+
+
+def sequoia_shapes(target_rows: torch.Tensor, draft_rows: torch.Tensor, cfg: SweepConfig, seed: int = 1):
+    """Sequoia's DP tree (children without replacement) and the best SpecInfer k x L tree (i.i.d.) of size
+    ``cfg.tree_size`` and depth <= ``cfg.tree_depth`` from the rows' positional acceptance vectors
+    (`theory.positional_acceptance`, as notebook 05; at most ``cfg.shape_rows`` rows, evenly spaced: the
+    Monte Carlo of sampling without replacement costs ~0.15 s per row at V = 49152).
+    Returns (sequoia parents, (k, L), p_wr, p_iid)."""
+    from .theory import k_sequences_expected_tokens, positional_acceptance, sequoia_tree
+
+    target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
+    stride = max(1, math.ceil(target_rows.shape[0] / max(1, cfg.shape_rows)))
+    target_rows, draft_rows = target_rows[::stride], draft_rows[::stride]
+    vocab = int(target_rows.shape[-1])
+    K = max(1, min(cfg.tree_size - 1, vocab - 1))
+    gen = torch.Generator().manual_seed(seed)
+    p_wr = positional_acceptance(target_rows, draft_rows, K, "without_replacement", num_samples=cfg.mc_samples,
+                                 generator=gen).numpy()
+    p_iid = positional_acceptance(target_rows, draft_rows, K, "iid").numpy()
+    depth = max(2, min(cfg.tree_depth, cfg.tree_size))
+    parents, _ = sequoia_tree(p_wr, size=cfg.tree_size, depth=depth)
+    best = (-1.0, 1, 1)
+    for k in range(1, cfg.tree_size):
+        length = min((cfg.tree_size - 1) // k, depth - 1)
+        if length < 1:
+            break
+        value = k_sequences_expected_tokens(p_iid, k, length)
+        if value > best[0] + 1e-15:
+            best = (value, k, length)
+    return [int(p) for p in parents], (best[1], best[2]), p_wr, p_iid
+
+
+def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: SweepConfig,
+                 progress: bool = False):
+    """Exact expected tokens per step of every verifier of the sweep on trees drafted by ``pair``.
+
+    ``rows``: matched (P, Q) of this pair's draft (for the Sequoia / SpecInfer shapes). One long DataFrame
+    (`experiments.paired_expected_tokens` columns) with ``experiment`` (chain | binary | race | trees) and,
+    for the trees, ``tree`` (Sequoia | SpecInfer), ``shape`` and ``predicted`` (the tree's expected tokens
+    under the positional model, `theory.expected_tokens_positional`)."""
+    import pandas as pd
+
+    T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
+    frames = []
+    if "chain" in cfg.experiments:
+        lengths = sorted({1, cfg.block_gamma, cfg.asps_n, cfg.traversal_depth, cfg.chain})
+        views = {f"chain:{n}": (lambda t, n=n: E.truncate_chain(t, n)) for n in lengths if n <= cfg.chain}
+        frames.append(E.paired_tokens_by_prompt(pair, prompts, f"chain:{cfg.chain}", "iid", T,
+                                                ["token", "block", "asps", "traversal"], views=views,
+                                                labels={"experiment": "chain"}, advance="traversal",
+                                                copies=cfg.copies, **common))
+    if "binary" in cfg.experiments:
+        d = cfg.binary_depth
+        frames.append(E.paired_tokens_by_prompt(pair, prompts, f"binary:{d + 1}", "iid", T, ["token", "traversal"],
+                                                views={f"binary:d{d}": lambda t: t}, labels={"experiment": "binary"},
+                                                advance="traversal", copies=cfg.binary_copies, **common))
+    if "race" in cfg.experiments:
+        kb, ks = min(cfg.race_batch, pair.vocab_size - 1), cfg.race_sequence
+        from .tree import parse_shape
+
+        views = {f"batch:{cfg.race_batch}": (lambda t, s=parse_shape(f"batch:{kb}x1"): E.restrict_to_shape(t, s)),
+                 f"sequence:{ks}": (lambda t, s=parse_shape(f"chain:{ks}"): E.restrict_to_shape(t, s))}
+        frames.append(E.paired_tokens_by_prompt(pair, prompts, race_parents(kb, ks), "race", T, ["token", "erss"],
+                                                views=views, labels={"experiment": "race"}, advance="erss", **common))
+    if "trees" in cfg.experiments:
+        from .theory import expected_tokens_positional, k_sequences_expected_tokens
+
+        P, Q = rows
+        seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
+        predicted = {"Sequoia": expected_tokens_positional(seq_parents, p_wr),
+                     "SpecInfer": k_sequences_expected_tokens(p_iid, k, length)}
+        for name, shape, sampling in [("Sequoia", seq_parents, "without_replacement"),
+                                      ("SpecInfer", f"batch:{k}x{length}", "iid")]:
+            label = shape if isinstance(shape, str) else f"sequoia:{len(shape)} depth {_depth(shape)}"
+            frames.append(E.paired_tokens_by_prompt(pair, prompts, shape, sampling, T, ["token"],
+                                                    labels={"experiment": "trees", "tree": name, "shape": label,
+                                                            "predicted": predicted[name]},
+                                                    advance="token", **common))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _depth(parents: Sequence[int]) -> int:
+    from .tree import parent_depths
+
+    return max(parent_depths(list(parents))) + 1
+
+
+def sweep_gains(frame, cfg: SweepConfig, n_boot: int = 1000):
+    """`experiments.paired_gain` of every comparison of `comparisons` (one row each, with ``key``,
+    ``title``, ``paper``, ``sign``), ``predicted_gain`` (Sequoia vs SpecInfer: the ratio of the trees'
+    expected tokens under the positional model of the same rows, a paired prediction; NaN elsewhere) and
+    ``root_acceptance``: the mean P(first draft accepted) of token verification on the chains (the per-token
+    acceptance at the drafted contexts)."""
+    import pandas as pd
+
+    rows = []
+    for c in comparisons(cfg):
+        sub = frame[(frame["experiment"] == c.experiment) & (frame["view"] == c.view)]
+        g = E.paired_gain(sub, c.method, c.baseline, column=c.column, pair_on=c.pair_on, n_boot=n_boot).iloc[0]
+        predicted = float("nan")
+        if "predicted" in sub.columns and sub["predicted"].notna().any():
+            f = sub.groupby(c.column)["predicted"].first()
+            predicted = float(f[c.method] / f[c.baseline] - 1)
+        rows.append({"key": c.key, "title": c.title, "paper": c.paper, "sign": c.sign, **g.to_dict(),
+                     "predicted_gain": predicted})
+    out = pd.DataFrame(rows)
+    chain1 = frame[(frame["experiment"] == "chain") & (frame["view"] == "chain:1") & (frame["verifier"] == "token")]
+    out["root_acceptance"] = float(chain1["p_accept_first"].mean()) if len(chain1) else float("nan")
+    return out
+
+
+@dataclass
+class SweepResult:
+    """`run_sweep`'s output: ``fits`` (one row per regime: label, goal, lam, acceptance on the tuning rows),
+    ``frames`` (exact tokens per step, all regimes), ``gains`` (one row per regime and comparison),
+    ``seconds`` (wall time per regime: NOT a speed measurement of any method)."""
+
+    fits: Any
+    frames: Any
+    gains: Any
+    seconds: dict = field(default_factory=dict)
+
+
+def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Sequence[float] = GOALS,
+              cfg: SweepConfig | None = None, tol: float = 1e-3, n_boot: int = 1000,
+              progress: bool = False) -> SweepResult:
+    """The real draft (lam = 0) and the synthetic draft tuned to each goal (`tune_lambda_rows` on ``rows``
+    = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime."""
+    import pandas as pd
+
+    cfg = cfg or SweepConfig()
+    P, Q = rows
+    base = acceptance(P, Q)
+    fits = [dict(regime="real draft", goal=float("nan"), lam=0.0, acceptance=base, synthetic=False)]
+    for goal in goals:
+        fit = tune_lambda_rows(P, Q, goal, tol)
+        fits.append(dict(regime=f"synthetic {goal:.2f}", goal=float(goal), lam=fit.lam, acceptance=fit.acceptance,
+                         synthetic=True))
+    frames, gains, seconds = [], [], {}
+    for f in fits:
+        t0 = time.perf_counter()
+        lam = f["lam"]
+        regime_pair = pair if not f["synthetic"] else interpolated_pair(pair, lam)
+        regime_rows = (P, Q) if not f["synthetic"] else (P, mix_rows(P, Q, lam))
+        frame = sweep_frames(regime_pair, prompts, regime_rows, cfg, progress)
+        del regime_rows
+        labels = dict(regime=f["regime"], lam=lam, acceptance=f["acceptance"], synthetic=f["synthetic"])
+        frames.append(frame.assign(**labels))
+        gains.append(sweep_gains(frame, cfg, n_boot).assign(**labels))
+        seconds[f["regime"]] = time.perf_counter() - t0
+    return SweepResult(pd.DataFrame(fits), pd.concat(frames, ignore_index=True), pd.concat(gains, ignore_index=True),
+                       seconds)
+
+
+def range_verdict(points: Sequence[Mapping[str, Any]], paper_gains: Sequence[float | None], sign: int = 1) -> str:
+    """Verdict of "our gains at the papers' acceptance agree with the papers'", from `sweep_gains` rows of
+    the synthetic regimes.
+
+    reproduced: every row's CI is on the claimed side of 0 (``sign``) and, when the papers give numbers,
+    the range of our point gains overlaps the range of theirs (within a factor 2 of its ends); partly: every
+    point is on the claimed side; not reproduced otherwise."""
+    gains = [float(p["gain"]) * sign for p in points]
+    if not gains:
+        raise ValueError("no rows")
+    lows = [(float(p["ci_low"]) if sign > 0 else -float(p["ci_high"])) for p in points]
+    lows = [g if math.isnan(lo) else lo for g, lo in zip(gains, lows)]
+    numbers = [abs(float(x)) for x in paper_gains if x is not None]
+    if all(lo > 0 for lo in lows):
+        if not numbers or (min(gains) <= 2 * max(numbers) and max(gains) >= 0.5 * min(numbers)):
+            return "reproduced"
+        return "partly"
+    return "partly" if all(g > 0 for g in gains) else "not reproduced"
