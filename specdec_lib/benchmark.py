@@ -263,7 +263,8 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
                 if isinstance(model_or_name, str) else model_or_name
         return name
 
-    main_draft = draft if isinstance(draft, str) else draft.name
+    main_draft = (draft if isinstance(draft, str) else draft.name) \
+        if any(spec["kind"] == "ours" and "draft" not in spec for spec in specs) else None
     if hf_draft is None:
         feature = (draft == "smollm2-135m-eagle") if isinstance(draft, str) else hasattr(draft, "paired_sessions")
         hf_draft = INDEPENDENT if feature else draft

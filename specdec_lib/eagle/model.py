@@ -26,12 +26,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..models.offline import REPO_ROOT, build_student, student_state_dict
+from ..models.offline import EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
 
 __all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
            "load_feature_draft"]
 
-EAGLE_NAME = "smollm2-135m-eagle"
 EAGLE_DIR = REPO_ROOT / "data" / "models" / EAGLE_NAME
 WEIGHTS_FILE = "feature_draft.safetensors"
 RECORD_FILE = "draft.json"

