@@ -223,7 +223,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     ``target`` / ``draft``: names for `models.load_model` or loaded `LanguageModel` objects.
     ``prompts``: default the project's held-out prompts.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     from .models import load_model
 

@@ -336,6 +336,8 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..progress import quiet_loading
+
     torch_dtype = resolve_dtype(dtype)
     if device_map is None:
         device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -347,8 +349,9 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     if device_map is not None:
         kwargs["device_map"] = device_map
     try:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
+        with quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as exc:
         raise ValueError(f"could not load model {name_or_path!r} (an HF id, a local directory with "
                          f"safetensors weights, or one of the offline names): {exc}") from exc
