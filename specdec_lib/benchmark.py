@@ -243,7 +243,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
     default ``draft`` when HF can run it (not a feature draft) and the independent draft otherwise. ``prompts``: default the project's held-out prompts.
     """
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     from .models import load_model
 

@@ -283,7 +283,7 @@ def _resolve_eos(eos_token_id, ignore_eos: bool, lm) -> int | None:
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     return tqdm(total=total, disable=not enabled, desc=desc, unit="tok", leave=False)
 

@@ -909,7 +909,7 @@ class _Log:
 
 
 def _progress(total, desc, enabled):
-    from tqdm.auto import tqdm
+    from .progress import tqdm
 
     return tqdm(total=total, desc=desc, disable=not enabled, mininterval=20, leave=False)
 

@@ -354,7 +354,7 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
     records: list[TreeRecord] = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
-        from tqdm import tqdm
+        from .progress import tqdm
 
         iterator = tqdm(list(prompts), desc=f"drafting {shape if isinstance(shape, str) else 'tree'} "
                                              f"{sampling} T={temperature}", leave=False)
@@ -423,7 +423,7 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
     P, Q = [], []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
-        from tqdm import tqdm
+        from .progress import tqdm
 
         iterator = tqdm(list(iterator), desc=f"matched rows T={temperature}", leave=False)
     for k, prompt in iterator:
@@ -554,7 +554,7 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     rows = []
     iterator: Iterable[TreeRecord] = records
     if progress:
-        from tqdm import tqdm
+        from .progress import tqdm
 
         iterator = tqdm(records, desc="exact expected tokens", leave=False)
     for rec in iterator:
@@ -587,7 +587,7 @@ def paired_tokens_by_prompt(pair: Pair, prompts: Sequence[PromptIds], shape: str
 
     iterator: Iterable[PromptIds] = prompts
     if progress:
-        from tqdm import tqdm
+        from .progress import tqdm
 
         name = shape if isinstance(shape, str) else f"tree of {len(shape)}"
         iterator = tqdm(list(prompts), desc=f"{name} {sampling} T={temperature}", leave=False)
@@ -816,7 +816,7 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
     rows = []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
-        from tqdm import tqdm
+        from .progress import tqdm
 
         iterator = tqdm(list(iterator), desc=f"timing {verifier or 'autoregressive'} {shape or ''} T={temperature}",
                         leave=False)

@@ -40,3 +40,17 @@ def test_all_notebooks_run_on_smoke_profile(tmp_path):
         assert claims and all(c["verdict"] in VERDICTS for c in claims)
     index = (tmp_path / "reports" / "index.html").read_text()
     assert all(name in index for name in NOTEBOOKS)
+    # reports a reader enjoys: no stderr at all, the claims table on top, the papers' figures
+    status = reports.load_status(tmp_path / "reports")
+    for run in runs:
+        html = (tmp_path / "reports" / f"{run.notebook}.html").read_text()
+        assert "vnd.jupyter.stderr" not in html, run.notebook
+        assert status[run.notebook]["stderr_outputs"] == 0, (tmp_path / "reports" / "logs").glob("*")
+        assert html.index('id="claims-summary"') < html.index('class="jp-Cell jp-CodeCell'), run.notebook
+        figures = html.count('src="data:image/png')
+        if run.notebook[:2] in PAPER_REPORTS:
+            assert figures >= 3, (run.notebook, figures)
+
+
+PAPER_REPORTS = ("01", "02", "03", "04", "05")
+"""The paper notebooks: each report carries at least three figures (the papers' own where data allows)."""

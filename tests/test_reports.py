@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import shutil
+import subprocess
 
 import nbformat
 import pytest
@@ -237,3 +241,221 @@ def test_parameters_are_checked_before_anything_runs(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="holds no notebooks"):
         reports.reproduce(None, "default", None, rep, tmp_path / "res", tmp_path / "empty", progress=False)
     assert not calls and not rep.exists()
+# ----------------------------------------------------------------------------------------- reports a reader enjoys
+
+def _claims():
+    return [results.claim("block", "BE(block) > BE(token), γ = 8", "+8.30%", "+2.60% [+0.94, +4.10]", "reproduced"),
+            results.claim("block", "Gain grows with temperature", "+3.7% → +8.7%", "T=0.2: +1%, T=1: +0.5%", False,
+                          partly=True),
+            results.claim("block", "Table 4 ordering", "2.9 < 3.0 < 4.1", "no", False),
+            results.not_applicable("block", "Wall clock on TPUs", "+6.49%", "no TPU offline")]
+
+
+def _executed_notebook(path):
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell("print('x')")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="\rbar:  50%|#####     | 1/2\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 04 — Title\n\nIntro."), code,
+                nbformat.v4.new_markdown_cell("## Claims")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return nb
+
+
+def test_stderr_is_moved_out_and_the_report_opens_with_its_claims(tmp_path):
+    nb = _executed_notebook(tmp_path / "04_x.ipynb")
+    stray = reports.strip_stderr(nb)
+    assert len(stray) == 1 and "bar:  50%" in stray[0] and "cell 1" in stray[0]
+    assert [o["name"] for o in nb.cells[1].outputs] == ["stdout"]
+    nbformat.write(nb, str(tmp_path / "04_x.ipynb"))
+    run = {"profile": "smoke", "started": "2026-01-01T00:00:00+00:00", "duration_s": 90.0,
+           "git_revision": "0123456789abcdef-dirty", "machine": "box: 2 CPUs"}
+    text = reports.render_html(tmp_path / "04_x.ipynb", tmp_path / "04_x.html", claims=[
+        dataclasses.asdict(c) for c in _claims()], run=run).read_text()
+    assert "vnd.jupyter.stderr" not in text  # neither an output nor its (now useless) CSS rule
+    top, title, first_code = (text.index('id="claims-summary"'), text.index("04 — Title"),
+                              text.index('class="jp-Cell jp-CodeCell'))
+    assert title < top < first_code  # right after the title cell, before any code
+    summary = text[top:first_code]
+    for header in ("paper's value", "ours", "95% CI", "verdict"):
+        assert header in summary
+    assert "[+0.94, +4.10]" in summary and ">+2.60%<" in summary  # the CI in its own column
+    assert "1 reproduced, 1 partly, 1 not reproduced, 1 not applicable offline" in summary
+    assert "Not reproduced: “Table 4 ordering”" in summary and "1.5 min" in summary and "git 0123456789ab-dirty" in summary
+    # a notebook that still has stderr keeps it (and its style) -- e.g. a failed run's report
+    _executed_notebook(tmp_path / "failed.ipynb")
+    assert "vnd.jupyter.stderr" in reports.render_html(tmp_path / "failed.ipynb", tmp_path / "f.html").read_text()
+
+
+def test_split_ci_and_summary_paragraph():
+    assert reports.split_ci("+2.39% [+0.90, +3.93]") == ("+2.39%", "[+0.90, +3.93]")
+    assert reports.split_ci("ERSS vs GSS -1.2% [-3.0, +0.5]") == ("ERSS vs GSS -1.2%", "[-3.0, +0.5]")
+    assert reports.split_ci("a [1, 2]; b [3, 4]") == ("a [1, 2]; b [3, 4]", "")  # two intervals: left as they are
+    assert reports.split_ci("max |ours − paper| = 4.8e-05") == ("max |ours − paper| = 4.8e-05", "")
+    text = reports.summary_paragraph("04_block", [dataclasses.asdict(c) for c in _claims()[:1]], {"profile": "default"})
+    assert text.startswith("04_block checks 1 claim of Sun et al.") and "Every claim checked was reproduced" in text
+
+
+def test_kernel_environment_and_progress_switch(monkeypatch):
+    from specdec_lib import progress
+
+    env = reports.KERNEL_ENV
+    assert env["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"  # Agg would drop every figure
+    assert env["SPECDEC_PROGRESS"] == "0" and env["TQDM_DISABLE"] == "1" and env["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setenv("SPECDEC_PROGRESS", "1")
+    assert progress.enabled() and not progress.enabled(False)
+    monkeypatch.setenv("SPECDEC_PROGRESS", "0")
+    assert not progress.enabled()
+    bar = progress.tqdm(range(3), desc="x")
+    assert bar.disable and list(bar) == [0, 1, 2]
+    monkeypatch.setenv("SPECDEC_PROGRESS", "1")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert not progress.enabled()
+
+
+def test_known_harmless_messages_are_dropped_and_others_kept(caplog):
+    import logging
+    import warnings
+
+    from specdec_lib import progress
+
+    progress.quiet_known_warnings()
+    log = logging.getLogger("transformers.utils.generic")
+    with caplog.at_level(logging.WARNING, logger="transformers.utils.generic"):
+        log.warning("`past_key_values`/`cache_params` are deprecated. Use `cache` instead.")
+        log.warning("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        progress.quiet_known_warnings()
+        for category, message in progress.KNOWN_HARMLESS["warnings"]:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        warnings.warn("`past_key_values` is deprecated and will be removed in version 5.40.0", FutureWarning)
+        warnings.warn("another deprecation", FutureWarning)
+    assert [str(w.message) for w in seen] == ["another deprecation"]
+
+
+QUIET = """
+import sys, warnings
+import matplotlib.pyplot as plt
+from tqdm.auto import tqdm as raw_tqdm
+from specdec_lib import progress, results
+for _ in progress.tqdm(range(3), desc='library bar'):
+    pass
+for _ in raw_tqdm(range(3), desc='third-party bar'):
+    pass
+warnings.warn('`past_key_values` is deprecated and will be removed in version 5.40.0 for `X.forward`.', FutureWarning)
+plt.plot([1, 2], [3, 4])
+plt.show()
+print('UNEXPECTED LINE', file=sys.stderr)
+results.save_claims('{name}', [results.claim('block', 'block >= token', '8.3%', '+2.60% [+0.94, +4.10]', True)])
+"""
+
+
+@pytest.mark.slow
+def test_runner_reports_are_quiet_have_figures_and_log_stray_stderr(tmp_path):
+    nbdir, rep = tmp_path / "nb", tmp_path / "reports"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_quiet.ipynb", QUIET.format(name="01_quiet"))
+    nb = nbformat.read(str(nbdir / "01_quiet.ipynb"), as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# 01 — Quiet"))
+    nbformat.write(nb, str(nbdir / "01_quiet.ipynb"))
+    run = reports.run_notebook("01_quiet", "smoke", {}, rep, tmp_path / "res", nbdir, progress_bar=False)
+    assert run.status == "ok", run.error
+    text = (rep / "01_quiet.html").read_text()
+    assert "vnd.jupyter.stderr" not in text
+    assert text.count('src="data:image/png') == 1  # the inline backend, not Agg
+    assert text.index('id="claims-summary"') < text.index('class="jp-Cell jp-CodeCell')
+    log = (rep / "logs" / "01_quiet.stderr.txt").read_text()
+    assert "UNEXPECTED LINE" in log and "bar" not in log and "past_key_values" not in log
+    assert run.stderr_outputs == 1 and run.git_revision and run.machine
+    status = reports.load_status(rep)["01_quiet"]
+    assert status["stderr_outputs"] == 1 and status["machine"] == run.machine
+    index = reports.build_index(rep, nbdir).read_text()
+    assert 'href="logs/01_quiet.stderr.txt"' in index
+
+
+def _index_setup(tmp_path):
+    claims = tmp_path / "claims"
+    results.save_claims("04_block", _claims(), directory=claims)
+    results.save_claims("05_sequoia", [results.claim("sequoia", "DP beats k-ary", "yes", "+3% [+1, +5]", True)],
+                        directory=claims)
+    status = {name: {"notebook": name, "status": "ok", "profile": "default", "started": f"2026-01-01T0{i}:00:00+00:00",
+                     "duration_s": 120.0 * (i + 1), "error": "", "report": f"{name}.html", "parameters": {},
+                     "git_revision": "abcdef0123456789", "machine": "box: 2 CPUs", "stderr_outputs": 0}
+              for i, name in enumerate(["04_block", "05_sequoia"])}
+    (tmp_path / "status.json").write_text(json.dumps(status))
+
+
+def test_index_counts_metadata_and_filter(tmp_path):
+    _index_setup(tmp_path)
+    text = reports.build_index(tmp_path, notebook_dir=None).read_text()
+    meta = text[text.index("id='run-metadata'"):text.index("</dl>")]
+    assert "default" in meta and "abcdef0123" in meta and "box: 2 CPUs" in meta and "6.0 min in all" in meta
+    counts = text[text.index("id='paper-counts'"):]
+    counts = counts[:counts.index("</table>")]
+    block_row = [r for r in counts.split("<tr>") if "Block Verification" in r][0]
+    assert re.findall(r"<td>(\d*)</td>", block_row) == ["1", "1", "1", "1", "", "4"]
+    assert "<td>2.0</td>" in text and "<td>4.0</td>" in text  # minutes per notebook
+    assert "<select id='verdict-filter'" in text and "function filterClaims" in text
+    for verdict in results.VERDICTS:
+        assert f"<option value='{verdict}'>" in text
+    assert text.count("data-verdict=") == 5
+    assert "No previous run to compare with" in text
+    if shutil.which("node"):  # run the filter on a stub DOM
+        rows = re.findall(r"<tr data-verdict='([^']*)' data-changed='(\d)'>", text)
+        script = text[text.index("<script>") + 8:text.index("</script>")]
+        js = ("var rows = " + json.dumps([{"v": v, "c": c} for v, c in rows]) + ".map(function (r) {"
+              " return {style: {}, getAttribute: function (a) { return a === 'data-verdict' ? r.v : r.c; }}; });"
+              "var sel = {value: 'partly'}, count = {textContent: ''};"
+              "var document = {getElementById: function (id) { return id === 'verdict-filter' ? sel : count; },"
+              " querySelectorAll: function () { return rows; }};" + script +
+              "filterClaims(); console.log(count.textContent + '|' + rows.map(function (r) {"
+              " return r.style.display === 'none' ? 0 : 1; }).join(''));")
+        out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "1 shown|01000"
+
+
+def test_index_shows_verdicts_changed_since_the_previous_run(tmp_path):
+    _index_setup(tmp_path)
+    prev = tmp_path / reports.PREVIOUS_CLAIMS
+    prev.mkdir(parents=True)
+    (prev / "04_block.json").write_text((tmp_path / "claims" / "04_block.json").read_text())
+    changed = _claims()
+    changed[1] = results.claim("block", "Gain grows with temperature", "+3.7% → +8.7%", "T=0.2: +1%, T=1: +3%", True)
+    changed[3] = results.claim("block", "A new claim", "x", "y", True)
+    results.save_claims("04_block", changed, directory=tmp_path / "claims")
+    previous, source = reports.previous_claims(tmp_path, "04_block")
+    assert source == "previous run" and len(previous) == 4
+    kinds = {(c["change"], c["claim"], c["before"], c["after"]) for c in reports.claim_changes(previous, changed and
+             [dataclasses.asdict(c) for c in changed])}
+    assert kinds == {("verdict", "Gain grows with temperature", "partly", "reproduced"),
+                     ("new", "A new claim", "", "reproduced"),
+                     ("removed", "Wall clock on TPUs", "not applicable offline", "")}
+    text = reports.build_index(tmp_path, notebook_dir=None).read_text()
+    changes = text[text.index("id='changes'"):text.index("<h2>Notebooks")]
+    assert "3 change(s)" in changes and "Gain grows with temperature" in changes and "Wall clock on TPUs" in changes
+    assert text.count("data-changed='1'") == 2 and "<option value='changed'>changed since the previous run (2)" in text
+
+
+def test_previous_claims_come_from_git_head_when_the_reports_are_tracked(tmp_path):
+    if not shutil.which("git"):
+        pytest.skip("git not available")
+    repo = tmp_path / "repo"
+    rep = repo / "reports"
+    results.save_claims("04_block", _claims(), directory=rep / "claims")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "reports"], check=True)
+    results.save_claims("04_block", _claims()[:2], directory=rep / "claims")
+    # a kept copy exists too, but the committed run is the baseline
+    (rep / reports.PREVIOUS_CLAIMS).mkdir(parents=True)
+    (rep / reports.PREVIOUS_CLAIMS / "04_block.json").write_text((rep / "claims" / "04_block.json").read_text())
+    previous, source = reports.previous_claims(rep, "04_block")
+    assert source == "git HEAD" and len(previous) == 4
+    changes, sources = reports.index_changes(rep, ["04_block"])
+    assert sources == {"04_block": "git HEAD"} and {c["change"] for c in changes} == {"removed"}

@@ -421,6 +421,8 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..progress import quiet_loading
+
     if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
         raise ValueError(f"name_or_path must be an HF id or a directory, got {name_or_path!r}")
     torch_dtype = resolve_dtype(dtype)
@@ -450,15 +452,16 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
             raise ValueError(f"could not load model {text!r}: neither a directory nor a valid HF id ({exc}); "
                              f"{_offline_names()}") from None
     try:
-        try:  # a local directory, or a hub id already in the HF cache: no network
-            model = AutoModelForCausalLM.from_pretrained(text, local_files_only=True, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(text, local_files_only=True, trust_remote_code=False)
-        except OSError:
-            if local:
-                raise
-            _check_hub_id(text)
-            model = AutoModelForCausalLM.from_pretrained(text, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(text, trust_remote_code=False)
+        with quiet_loading():
+            try:  # a local directory, or a hub id already in the HF cache: no network
+                model = AutoModelForCausalLM.from_pretrained(text, local_files_only=True, **kwargs)
+                tokenizer = AutoTokenizer.from_pretrained(text, local_files_only=True, trust_remote_code=False)
+            except OSError:
+                if local:
+                    raise
+                _check_hub_id(text)
+                model = AutoModelForCausalLM.from_pretrained(text, **kwargs)
+                tokenizer = AutoTokenizer.from_pretrained(text, trust_remote_code=False)
     except OSError as exc:
         raise ValueError(f"could not load model {text!r} (an HF id, a local directory with safetensors "
                          f"weights, or one of the offline names): {exc}; {_offline_names()}") from exc

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..progress import quiet_loading
 from .hf import LanguageModel, resolve_device, resolve_dtype
 
 TARGET_NAME = "smollm2-135m-instruct"
@@ -73,8 +74,9 @@ def _write_cache(target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # the weights are plain float32 tensors now: drop the GGUF quantizer so save_pretrained writes them
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -104,8 +106,9 @@ def load_target(device=None, dtype=None) -> LanguageModel:
     path = cache_dir() / TARGET_NAME
     if not (path / "config.json").is_file():
         _write_cache(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     return LanguageModel(model.to(device), tokenizer, TARGET_NAME)
 
 
