@@ -79,12 +79,13 @@ class FeatureDraftSession(KVSession):
         """The target's feature read at ``position`` (after fixed[: position]); zero at position 0."""
         if position == 0:
             return torch.zeros(self.lm.hidden_size, dtype=self.lm.dtype, device=self.lm.device)
-        if self.source is not None and position - 1 >= len(self.source.features):
+        if self.source is None:
+            raise ValueError("the feature draft reads the target's features: give the session a source")
+        if position - 1 >= len(self.source.features):
             self.source.prefill()  # the first step: the target has not seen the prompt yet
-        if self.source is None or position - 1 >= len(self.source.features):
-            have = 0 if self.source is None else len(self.source.features)
-            raise ValueError(f"the feature draft needs the target's feature at position {position - 1}, "
-                             f"but the target session has {have}: score the tree with the target first")
+        if position - 1 >= len(self.source.features):
+            raise ValueError(f"the feature draft needs the target's feature at position {position - 1}, but the "
+                             f"target session has {len(self.source.features)}: score the tree with the target first")
         return self.source.features[position - 1]
 
     def _forward(self, ids, pos, mask, n_pending, feed, parents):
@@ -115,8 +116,6 @@ class FeatureDraftLM:
     """The feature draft behind the attributes decoding needs from a `LanguageModel` (``name``,
     ``vocab_size``, ``device``, ``dtype``, ``max_context``, ``tokenizer``, ``model.config``), whose
     sessions read their features from the target session they are given."""
-
-    needs_target_features = True
 
     def __init__(self, draft: FeatureDraft, target: LanguageModel, name: str, record_dir=None):
         from ..models.cpu_linear import use_small_batch_linear
