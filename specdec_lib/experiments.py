@@ -34,9 +34,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .traversal_identity import rao_blackwell_ccdf
 from .tree import DraftTree
 
 PROFILES = ("smoke", "default", "full")
+RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
+"""Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
 TARGET_MODEL = "smollm2-135m-instruct"
 DRAFT_MODEL = "smollm2-135m-draft"
 
@@ -544,6 +547,11 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     step. Returns a long DataFrame with columns
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
     drafted token accepted)) and the constant ``labels`` columns.
+
+    A name in `RAO_BLACKWELLISED` (``"traversal_rb"``) is an estimator, not a verifier: the verifier's
+    expected tokens with the drafting of the levels below each level integrated out
+    (`traversal_identity.rao_blackwell_ccdf`). It has the same mean as the verifier's exact value and
+    less drafting noise; its ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly.
     """
     import pandas as pd
 
@@ -561,13 +569,18 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
         for view, fn in views.items():
             tree = fn(rec.tree)
             for name in verifiers:
-                if not applicable(name, tree):
+                base = RAO_BLACKWELLISED.get(name, name)
+                if not applicable(base, tree):
                     continue
-                law = exact_law(name, tree, rec.state if name == rec.advance else None)
+                if name in RAO_BLACKWELLISED:
+                    ccdf = rao_blackwell_ccdf(tree, base)
+                    expected, first = float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+                else:
+                    law = exact_law(name, tree, rec.state if name == rec.advance else None)
+                    expected, first = float(expected_tokens_from_law(tree, law)), float(1.0 - law[0].sum())
                 rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
                              "draw": rec.draw, "view": view, "nodes": tree.num_nodes - 1, "verifier": name,
-                             "expected_tokens": float(expected_tokens_from_law(tree, law)),
-                             "p_accept_first": float(1.0 - law[0].sum())})
+                             "expected_tokens": expected, "p_accept_first": first})
     frame = pd.DataFrame(rows, columns=["prompt_id", "category", "step", "draw", "view", "nodes", "verifier",
                                         "expected_tokens", "p_accept_first"])
     for key, value in (labels or {}).items():

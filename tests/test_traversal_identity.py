@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec_lib import traversal_identity as TI
+from specdec_lib import experiments as E, traversal_identity as TI
 from specdec_lib.exact import enumerate_drafts
 from specdec_lib.experiments import TreeRecord, restrict_depth
 from specdec_lib.models.synthetic import ContextIndependentLM, ToyLM, random_markov_pair
@@ -246,3 +246,18 @@ def test_collectors_on_the_toy_pair():
     assert set(trend["verifier"]) == {"token", "traversal", "traversal_rb"} and set(trend["depth"]) == {1, 2, 3}
     out = TI.real_pair_check("smoke", num_prompts=2, copies=2, max_new_tokens=4, save=False)
     assert out["first_level"].verdict == "reproduced"
+
+
+def test_paired_expected_tokens_takes_the_rao_blackwellised_estimator():
+    """'traversal_rb' in `paired_expected_tokens` is `rao_blackwell_ccdf` per tree: same mean as traversal over
+    the exact drafting law, token's P(tau >= 1) tree by tree."""
+    target, draft = models("plain", seed=5)
+    trees = enumerate_drafts(target, draft, PREFIX, DEEP, "iid")
+    records = [TreeRecord("p", "c", i, t, 1) for i, (_, t) in enumerate(trees)]
+    frame = E.paired_expected_tokens(records, ["token", "traversal", "traversal_rb"])
+    wide = frame.pivot_table(index="step", columns="verifier", values=["expected_tokens", "p_accept_first"])
+    probs = np.array([p for p, _ in trees])[wide.index.to_numpy()]
+    tokens = wide["expected_tokens"]
+    assert float(probs @ tokens["traversal"]) == pytest.approx(float(probs @ tokens["traversal_rb"]), abs=1e-12)
+    assert np.allclose(wide["p_accept_first"]["traversal_rb"], wide["p_accept_first"]["token"], atol=1e-14)
+    assert float((tokens["traversal"] - tokens["traversal_rb"]).abs().max()) > 1e-3

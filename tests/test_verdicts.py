@@ -166,6 +166,23 @@ def test_seed_stability_flags_a_verdict_that_depends_on_the_bootstrap_seed():
     assert V.seed_stability([V.GainCheck("clear", "new", "old")], big, (0, 1), n_boot=200)["stable"].all()
 
 
+def test_checked_claim_marks_a_seed_dependent_verdict():
+    frame = _frame([0.02, -0.01, 0.03, 0.0, 0.015, -0.005, 0.01], noise=0.1, seed=3)
+    check = V.GainCheck("diff", "new", "old", relative=False, min_effect=0.0)
+    lo = [check.evaluate(frame, s, n_boot=200).ci_low for s in (0, 1)]
+    shifted = frame.copy()
+    shifted.loc[shifted["verifier"] == "new", "expected_tokens"] -= (lo[0] + lo[1]) / 2
+    flip = V.checked_claim(check, shifted, "traversal", "+1%", n_boot=200)
+    assert V.SEED_DEPENDENT in flip.notes and flip.notes.startswith("rule superiority")
+    clear = V.checked_claim(V.GainCheck("clear", "new", "old"), _frame([0.05] * 7, noise=0.01), "traversal", "+5%",
+                            n_boot=200, notes="paired")
+    assert clear.verdict == "reproduced" and V.SEED_DEPENDENT not in clear.notes and "paired" in clear.notes
+    same = V.checked_claim(V.IdentityCheck("i", "old", "old"), frame, "traversal", "identical")
+    assert same.ours.startswith("max |difference|")
+    with pytest.raises(ValueError, match="seeds"):
+        V.checked_claim(check, frame, "traversal", "x", seeds=(0,))
+
+
 def test_seed_stability_per_drafting_seed():
     a = _frame([0.05] * 6, noise=0.01).assign(seed=0)
     b = _frame([-0.05] * 6, noise=0.01, seed=1).assign(seed=1)
