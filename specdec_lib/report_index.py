@@ -173,6 +173,15 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])
     changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
+    out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
+           + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
+    out.append(_FILTER_JS)
+    out.append("</body></html>")
+    return atomic_write_text(reports / "index.html", "\n".join(out))
+
+
+def _run_section(nb_rows: list[dict[str, Any]], counts: Mapping[str, int]) -> list[str]:
+    """The page's head and its "Run" section: when, which revision, machine and profile, verdict counts."""
     ran = [r for r in nb_rows if r["status"] != "not run"]
     revisions = list(dict.fromkeys(_short_rev(r["git_revision"]) for r in ran if r["git_revision"]))
     machines = list(dict.fromkeys(r["machine"] for r in ran if r["machine"]))
@@ -196,7 +205,12 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
            f"<dt>git revision</dt><dd>{_cell(', '.join(revisions) or 'not recorded')}</dd>",
            f"<dt>machine</dt><dd>{_cell('; '.join(machines) or 'not recorded')}</dd>",
            "<dt>verdicts</dt><dd>" + ", ".join(f"{html.escape(v)}: {n}" for v, n in counts.items()) + "</dd></dl>"]
+    return out
 
+
+def _paper_counts_section(claim_rows: list[dict[str, Any]]) -> list[str]:
+    """The "Verdicts by paper" section: one row of verdict counts per paper, then all papers."""
+    out = []
     papers = list(dict.fromkeys(r["paper"] for r in claim_rows))
     out.append("<h2>Verdicts by paper</h2><table class='counts' id='paper-counts'><tr><th>paper</th>"
                + "".join(f"<th>{html.escape(v)}</th>" for v in VERDICTS) + "<th>total</th></tr>")
@@ -206,7 +220,12 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
         tag = "th" if paper == "all papers" else "td"
         out.append(f"<tr><{tag} style='text-align:left'>{_cell(paper)}</{tag}>{cells}<td>{len(rows)}</td></tr>")
     out.append("</table>")
+    return out
 
+
+def _changes_section(changes: list[dict[str, Any]], baselines: Mapping[str, str]) -> list[str]:
+    """The "Changed since the previous run" section: claims whose verdict changed, new and removed ones."""
+    out = []
     sources = sorted(set(baselines.values()))
     out.append("<h2>Changed since the previous run</h2><div id='changes'>")
     if not baselines:
@@ -224,7 +243,12 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
                        f"{_verdict_cell(c['after'])}<td>{_cell(c['ours_before'])} → {_cell(c['ours_after'])}</td></tr>")
         out.append("</table>")
     out.append("</div>")
+    return out
 
+
+def _notebooks_section(nb_rows: list[dict[str, Any]]) -> list[str]:
+    """The "Notebooks" section: status, profile, start, minutes, revision, stderr and error of each one."""
+    out = []
     out.append("<h2>Notebooks</h2><table id='notebooks'><tr><th>notebook</th><th>status</th><th>profile</th>"
                "<th>started (UTC)</th><th>minutes</th><th>git revision</th><th>stderr</th><th>error</th></tr>")
     for r in nb_rows:
@@ -240,7 +264,13 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
                    f"<td>{_cell(_short_rev(r['git_revision']))}</td><td>{stderr}</td>"
                    f"<td class='notes'>{_cell(r['error'])}</td></tr>")
     out.append("</table>")
+    return out
 
+
+def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
+                    changed_keys: set[tuple[str, str, str]]) -> list[str]:
+    """The "Claims" section: every claim with its values and verdict, and the verdict filter."""
+    out = []
     options = "".join(f"<option value='{html.escape(v)}'>{html.escape(v)} ({counts[v]})</option>" for v in VERDICTS)
     out.append("<h2>Claims</h2><p><label for='verdict-filter'>Show verdict: </label>"
                "<select id='verdict-filter' onchange='filterClaims()'>"
@@ -259,6 +289,4 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
                    f"<td>{_cell(r['paper_value'])}</td><td>{_cell(ours)}</td>"
                    f"<td style='white-space:nowrap'>{_cell(ci)}</td>{_verdict_cell(r['verdict'])}</tr>")
     out.append("</table>")
-    out.append(_FILTER_JS)
-    out.append("</body></html>")
-    return atomic_write_text(reports / "index.html", "\n".join(out))
+    return out

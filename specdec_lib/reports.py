@@ -266,40 +266,52 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
             error = _describe(exc)
         duration = time.perf_counter() - t0
         if error:
-            failed = reports / "failed"
-            failed.mkdir(parents=True, exist_ok=True)
-            if executed.exists():
-                os.replace(executed, failed / f"{name}.ipynb")
-                try:
-                    render_html(failed / f"{name}.ipynb", failed / f"{name}.html")
-                except Exception:  # noqa: BLE001 - the .ipynb is kept even if it cannot be rendered
-                    pass
-            report = f"failed/{name}.html" if (failed / f"{name}.html").exists() else ""
+            report = _keep_failed(executed, reports, name)
             run = NotebookRun(name, "failed", profile, started, duration, error, report, _jsonable(params), **info)
         else:
-            os.replace(stage / f"{name}.html", reports / f"{name}.html")
-            (reports / "claims").mkdir(exist_ok=True)
-            if (reports / "claims" / f"{name}.json").exists():  # the baseline of "changed since" in the index
-                (reports / PREVIOUS_CLAIMS).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(reports / "claims" / f"{name}.json", reports / PREVIOUS_CLAIMS / f"{name}.json")
-            os.replace(stage / "claims" / f"{name}.json", reports / "claims" / f"{name}.json")
-            log = reports / "logs" / f"{name}.stderr.txt"
-            if stray:
-                log.parent.mkdir(exist_ok=True)
-                os.replace(stage / "logs" / f"{name}.stderr.txt", log)
-            else:
-                log.unlink(missing_ok=True)
-            for produced in sorted((stage / "results").glob("*")) if (stage / "results").exists() else []:
-                if produced.is_dir():
-                    _replace_dir(produced, results / produced.name)
-            for stale in (reports / "failed" / f"{name}.ipynb", reports / "failed" / f"{name}.html"):
-                stale.unlink(missing_ok=True)
+            _publish(stage, reports, results, name, stray)
             run = NotebookRun(name, "ok", profile, started, duration, "", f"{name}.html", _jsonable(params), **info,
                               stderr_outputs=len(stray))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     _record_status(reports, run)
     return run
+
+
+def _keep_failed(executed: Path, reports: Path, name: str) -> str:
+    """Move a failed run's partial executed notebook to ``<reports>/failed/`` and render it when it can be;
+    returns the failed report's path relative to ``reports`` ("" when there is none)."""
+    failed = reports / "failed"
+    failed.mkdir(parents=True, exist_ok=True)
+    if executed.exists():
+        os.replace(executed, failed / f"{name}.ipynb")
+        try:
+            render_html(failed / f"{name}.ipynb", failed / f"{name}.html")
+        except Exception:  # noqa: BLE001 - the .ipynb is kept even if it cannot be rendered
+            pass
+    return f"failed/{name}.html" if (failed / f"{name}.html").exists() else ""
+
+
+def _publish(stage: Path, reports: Path, results: Path, name: str, stray: list[str]) -> None:
+    """Move a successful run's staged report, claims (keeping the replaced ones as the baseline of
+    "changed since"), stderr log and result folders into place; drop a stale failed output."""
+    os.replace(stage / f"{name}.html", reports / f"{name}.html")
+    (reports / "claims").mkdir(exist_ok=True)
+    if (reports / "claims" / f"{name}.json").exists():  # the baseline of "changed since" in the index
+        (reports / PREVIOUS_CLAIMS).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(reports / "claims" / f"{name}.json", reports / PREVIOUS_CLAIMS / f"{name}.json")
+    os.replace(stage / "claims" / f"{name}.json", reports / "claims" / f"{name}.json")
+    log = reports / "logs" / f"{name}.stderr.txt"
+    if stray:
+        log.parent.mkdir(exist_ok=True)
+        os.replace(stage / "logs" / f"{name}.stderr.txt", log)
+    else:
+        log.unlink(missing_ok=True)
+    for produced in sorted((stage / "results").glob("*")) if (stage / "results").exists() else []:
+        if produced.is_dir():
+            _replace_dir(produced, results / produced.name)
+    for stale in (reports / "failed" / f"{name}.ipynb", reports / "failed" / f"{name}.html"):
+        stale.unlink(missing_ok=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -232,30 +232,8 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
             raise ValueError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(int(threads))
     load_before = _load_average()
-    results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
     try:
-        with torch.inference_mode():
-            cache = module(prefix, use_cache=True).past_key_values
-            for n in sizes:
-                ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-                mask = _chain_mask(prefix_len, n, dtype, device)
-                positions = torch.arange(prefix_len, prefix_len + n, device=device)[None]
-                times = []
-                for i in range(warmup + repeats):
-                    _sync(device)
-                    start = time.perf_counter()
-                    module(ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                           use_cache=True)
-                    _sync(device)
-                    elapsed = time.perf_counter() - start
-                    _truncate_cache(cache, prefix_len)
-                    if i >= warmup:
-                        times.append(elapsed)
-                results["sizes"].append(n)
-                results["median_s"].append(statistics.median(times))
-                results["mean_s"].append(statistics.fmean(times))
-                results["min_s"].append(min(times))
-                results["times_s"].append(times)
+        results = _time_sizes(module, prefix, sizes, gen, warmup, repeats)
         used_threads = torch.get_num_threads()
     finally:
         module.train(was_training)
@@ -286,6 +264,40 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
         "torch_threads": used_threads,
         "load_average_1m": [load_before, _load_average()],   # before / after: a busy shared host is slower
     }
+
+
+@torch.inference_mode()
+def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int], gen: torch.Generator,
+                warmup: int, repeats: int) -> dict[str, list]:
+    """The timings of `profile`: for each n, ``warmup`` untimed then ``repeats`` timed forwards of n random
+    tokens over the prefix's KV cache (cropped back after each), with their median, mean and minimum."""
+    param = next(module.parameters())
+    device, dtype = param.device, param.dtype
+    vocab = int(module.config.vocab_size)
+    prefix_len = prefix.shape[1]
+    results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
+    cache = module(prefix, use_cache=True).past_key_values
+    for n in sizes:
+        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+        mask = _chain_mask(prefix_len, n, dtype, device)
+        positions = torch.arange(prefix_len, prefix_len + n, device=device)[None]
+        times = []
+        for i in range(warmup + repeats):
+            _sync(device)
+            start = time.perf_counter()
+            module(ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                   use_cache=True)
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            _truncate_cache(cache, prefix_len)
+            if i >= warmup:
+                times.append(elapsed)
+        results["sizes"].append(n)
+        results["median_s"].append(statistics.median(times))
+        results["mean_s"].append(statistics.fmean(times))
+        results["min_s"].append(min(times))
+        results["times_s"].append(times)
+    return results
 
 
 def _linear_kernel(module: torch.nn.Module) -> str:
