@@ -12,7 +12,7 @@ forward per level) and draws each node's children from its draft row:
   instead of V random numbers per node (inverse CDF on the cumulative sums, skipping the drawn
   tokens' mass). When a node has more children than the draft has support, the remaining children
   are uniform without replacement over the tokens not drawn yet (Sequoia's fallback;
-  `verifiers.token` and `verifiers.traversal` verify with the same rule).
+  `verifiers.token_level` and `verifiers.traversal` verify with the same rule).
 * ``topk``: the k most probable draft tokens, ties to the lower token id (deterministic).
 * ``race``: ERSS (specs/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
   children = ``argsort(e / q)[:k]`` (Gumbel-top-k); the times are stored in ``DraftTree.race`` for

@@ -287,7 +287,7 @@ def first_level_decomposition(tree: DraftTree) -> dict[str, float]:
     out = {"token": tok, "traversal": tra, "difference": tra - tok, "traversal_rb": float("nan")}
     kids = tree.children
     if tree.sampling == "iid" and max(tree.depths) == 2:
-        from .verifiers.token import draft_row, target_row
+        from .verifiers.token_level import draft_row, target_row
 
         r, q = target_row(tree, 0), draft_row(tree, 0)
         reach, total = 1.0, 0.0
@@ -318,7 +318,7 @@ def first_level_frame(records) -> "pd.DataFrame":
     ``exact``; ``traversal_rb`` (depth-2 trees) must equal ``token`` tree by tree."""
     import pandas as pd
 
-    from .verifiers.token import draft_row, target_row
+    from .verifiers.token_level import draft_row, target_row
 
     rows = []
     for rec in records:

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from specdec_lib import distill as D
+from specdec_lib.distill.export import _RoundedWeights
+from specdec_lib.distill.loss import _rows
 
 VOCAB = 48
 
@@ -69,7 +71,7 @@ def test_one_training_step_lowers_the_kl(target, samples):
 
     def kl():
         with torch.no_grad():
-            idx, logp = D._rows(samples)
+            idx, logp = _rows(samples)
             return float(D.topk_kl(D.student_rows(student, samples), idx, logp).mean())
 
     before = kl()
@@ -138,7 +140,7 @@ def test_export_and_load_give_the_same_logits(target, tmp_path):
     torch.testing.assert_close(theirs, want, rtol=1e-5, atol=1e-5)  # LanguageModel: SmallBatchLinear rounding
     # bfloat16 export: what the record's acceptance describes is the rounded student
     D.export_draft(student, tmp_path, {}, dtype="bfloat16")
-    with torch.no_grad(), D._RoundedWeights(student, "bfloat16"):
+    with torch.no_grad(), _RoundedWeights(student, "bfloat16"):
         rounded = student(ids).logits
     with torch.no_grad():
         assert torch.equal(D.load_exported(target, tmp_path)(ids).logits, rounded)

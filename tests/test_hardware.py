@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specdec_lib import hardware as H
+from specdec_lib.hardware import profiling
 from specdec_lib import theory as T
 
 REPO = T.sequoia_repo_acceptance()
@@ -143,10 +144,10 @@ def test_shape_only_model_and_tree_mask_forward(tiny_model):
     new = torch.randint(0, 49152, (1, 3), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         cache = model(prefix, use_cache=True).past_key_values
-        mask = H._chain_mask(6, 3, torch.float32, torch.device("cpu"))
+        mask = profiling._chain_mask(6, 3, torch.float32, torch.device("cpu"))
         out = model(new, attention_mask=mask, position_ids=torch.arange(6, 9)[None], past_key_values=cache,
                     use_cache=True).logits
-        H._truncate_cache(cache, 6)
+        profiling._truncate_cache(cache, 6)
         assert cache.get_seq_length() == 6
         ref = model(torch.cat([prefix, new], 1)).logits[:, 6:]
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
@@ -199,12 +200,12 @@ def test_shipped_profiles_load_and_feed_the_optimizer():
 
 
 def test_sizes_spec():
-    assert H._parse_sizes("1,2,4,...,64") == [1, 2, 4, 8, 16, 32, 64]
-    assert H._parse_sizes("1,3,...,20") == [1, 3, 6, 12, 20]
-    assert H._parse_sizes("8,1,2") == [1, 2, 8]
+    assert profiling._parse_sizes("1,2,4,...,64") == [1, 2, 4, 8, 16, 32, 64]
+    assert profiling._parse_sizes("1,3,...,20") == [1, 3, 6, 12, 20]
+    assert profiling._parse_sizes("8,1,2") == [1, 2, 8]
     for bad in ["", "0,1", "...,4", "1,...", "1,2,...,8,16"]:
         with pytest.raises(ValueError):
-            H._parse_sizes(bad)
+            profiling._parse_sizes(bad)
 
 
 def test_command_line_profiles_a_shape(tmp_path, capsys):

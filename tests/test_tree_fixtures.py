@@ -4,7 +4,7 @@
   replacement), SpecInfer (RRS with replacement), top-k and naive sampling (`match`), and SpecTr.
 * specs/traversal.md §2.2, §3.3 (T1-T7), §3.4 P5, §2.8 #7 and Figure 2's traversal order.
 * specs/erss.md §3.7 T4-T6 (the verification / drafting cases). T1-T3 and T7 are about the tau* tree
-  and the speed-up bounds: they belong to theory.py (H3) and are not repeated here.
+  and the speed-up bounds: they belong to theory/ (H3) and are not repeated here.
 
 Exact values are compared in float64 within 1e-12 (1e-6 or the printed digits where the spec prints
 decimals). ERSS values need races, so they are Monte-Carlo chi-square tests.

@@ -22,7 +22,7 @@ from specdec_lib.exact import enumerate_drafts, max_abs_diff, target_law
 from specdec_lib.models.synthetic import ContextIndependentLM, random_markov_pair
 from specdec_lib.tree import DraftTree, batch, binary, chain_parents
 from specdec_lib.verifiers import VERIFIERS, exact_law, expected_tokens, get_verifier, verify
-from specdec_lib.verifiers import erss, match, spectr, token, traversal
+from specdec_lib.verifiers import erss, match, spectr, token_level, traversal
 from specdec_lib.verifiers.base import Verifier
 
 LOSSLESS = 1e-9
@@ -125,7 +125,7 @@ def _max_error(verifier, shape, sampling):
 
 
 def test_broken_token_without_residual(monkeypatch):
-    monkeypatch.setattr(token, "residual_step", lambda target, rho, proposal: (target, 1.0))
+    monkeypatch.setattr(token_level, "residual_step", lambda target, rho, proposal: (target, 1.0))
     assert _max_error("token", "figure1", "without_replacement") > BROKEN
     assert _max_error("token", "chain3", "iid") > BROKEN
 
@@ -137,7 +137,7 @@ def test_broken_token_wrong_replacement_rule():
 
 def test_broken_token_topk_with_the_draft_row(monkeypatch):
     # top-k children verified as if sampled from q (the lossy reading of "RRS on top-k")
-    monkeypatch.setattr(token, "proposal_rule", lambda s: "without_replacement")
+    monkeypatch.setattr(token_level, "proposal_rule", lambda s: "without_replacement")
     assert _max_error("token", "batch2x2", "topk") > BROKEN
 
 
@@ -174,7 +174,7 @@ def test_broken_match_redraws_on_mismatch():
         reach = [0.0] * tree.num_nodes
         reach[0] = 1.0
         for node in range(tree.num_nodes):
-            p = token.target_row(tree, node)
+            p = token_level.target_row(tree, node)
             kids = {int(tree.tokens[c]): c for c in reversed(tree.children[node])}
             for x, c in kids.items():
                 reach[c] = reach[node] * float(p[x])
@@ -272,7 +272,7 @@ def test_end_to_end_sampling_is_target_distributed(verifier, sampling):
 def test_broken_erss_printed_algorithm_fails(monkeypatch):
     # the printed Algorithm 5 uses Q in the race denominator: it just copies the draft
     def printed(tree, node):
-        return token.draft_row(tree, node) if tree.children[node] else token.target_row(tree, node)
+        return token_level.draft_row(tree, node) if tree.children[node] else token_level.target_row(tree, node)
 
     monkeypatch.setattr(erss, "verification_row", printed)
     counts, law = _end_to_end_counts(erss.sample, "race", 600, 29)

@@ -13,11 +13,11 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, check_generator, expected_tokens_from_law
-from . import token, asps, block, greedy_block, traversal, erss, spectr, match
+from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match
 
 VERIFIERS: dict[str, Verifier] = {
     m.VERIFIER.name: m.VERIFIER
-    for m in (token, asps, block, greedy_block, traversal, erss, spectr, match)
+    for m in (token_level, asps, block, greedy_block, traversal, erss, spectr, match)
 }
 
 

@@ -28,7 +28,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, sample_categorical
-from .token import target_row
+from .token_level import target_row
 
 NAME = "erss"
 # Arrival times are recomputed from the stored race; tolerate float rounding in the order check.

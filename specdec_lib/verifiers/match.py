@@ -19,7 +19,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, sample_categorical
-from .token import target_row
+from .token_level import target_row
 
 NAME = "match"
 

@@ -36,7 +36,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, sample_categorical, uniform
-from .token import check_consistent_draws, draft_row, target_row
+from .token_level import check_consistent_draws, draft_row, target_row
 
 NAME = "spectr"
 _GRID = 257

@@ -42,7 +42,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, sample_categorical, uniform
-from .token import Proposal, Row, check_consistent_draws, draw_prob, proposal_rule, residual_step
+from .token_level import Proposal, Row, check_consistent_draws, draw_prob, proposal_rule, residual_step
 
 NAME = "traversal"
 

@@ -1,4 +1,4 @@
-"""Forward-time profiles t(n) and Sequoia's hardware-aware optimizer (Sequoia Sec. 3.3, Eq. 1).
+"""Forward-time profiles t(n): measuring them, the shapes they are measured for, their JSON files.
 
 * :func:`profile` times a causal LM scoring n new tokens on top of a prefix KV cache in one forward with a
   tree attention mask (ARCHITECTURE.md "Known facts": a float mask [1, 1, n, L + n], 0 where a node may
@@ -9,9 +9,7 @@
   named model (no weights downloaded) so that a device can be profiled for a model it cannot load.
 * :func:`save_profile` / :func:`load_profile`: JSON under ``data/hardware/`` with the device, dtype, library
   versions, host and date.
-* :func:`optimize_tree` maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes and depths
-  (G from Sequoia's DP in :mod:`specdec_lib.theory`); :func:`optimize_chain` picks the best draft length of
-  a chain for the token / block / ASpS verifiers from a measured acceptance profile.
+* :func:`main`: ``python -m specdec_lib.hardware``, profiles saved as JSON.
 
 Benchmarks never assert times; the tests check the arithmetic and the JSON round trip only.
 """
@@ -20,28 +18,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import socket
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
 
-from . import theory
+from .cost_model import _times
 
-__all__ = [
-    "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
-    "normalised_times",
-    "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
-    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST",
-]
-
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "hardware"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "hardware"
 
 # Published shapes (the models' config.json on the Hugging Face Hub / the GGUF metadata); no weights.
 # hidden = hidden_size, layers = num_hidden_layers, heads / kv_heads = attention heads / key-value heads,
@@ -126,7 +115,7 @@ def shape_only_model(name: str, dtype: torch.dtype | str = torch.float32, device
     """
     from transformers import LlamaForCausalLM
 
-    from .models.cpu_linear import use_small_batch_linear
+    from ..models.cpu_linear import use_small_batch_linear
 
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
@@ -243,30 +232,8 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
             raise ValueError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(int(threads))
     load_before = _load_average()
-    results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
     try:
-        with torch.inference_mode():
-            cache = module(prefix, use_cache=True).past_key_values
-            for n in sizes:
-                ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-                mask = _chain_mask(prefix_len, n, dtype, device)
-                positions = torch.arange(prefix_len, prefix_len + n, device=device)[None]
-                times = []
-                for i in range(warmup + repeats):
-                    _sync(device)
-                    start = time.perf_counter()
-                    module(ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                           use_cache=True)
-                    _sync(device)
-                    elapsed = time.perf_counter() - start
-                    _truncate_cache(cache, prefix_len)
-                    if i >= warmup:
-                        times.append(elapsed)
-                results["sizes"].append(n)
-                results["median_s"].append(statistics.median(times))
-                results["mean_s"].append(statistics.fmean(times))
-                results["min_s"].append(min(times))
-                results["times_s"].append(times)
+        results = _time_sizes(module, prefix, sizes, gen, warmup, repeats)
         used_threads = torch.get_num_threads()
     finally:
         module.train(was_training)
@@ -299,9 +266,43 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
     }
 
 
+@torch.inference_mode()
+def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int], gen: torch.Generator,
+                warmup: int, repeats: int) -> dict[str, list]:
+    """The timings of `profile`: for each n, ``warmup`` untimed then ``repeats`` timed forwards of n random
+    tokens over the prefix's KV cache (cropped back after each), with their median, mean and minimum."""
+    param = next(module.parameters())
+    device, dtype = param.device, param.dtype
+    vocab = int(module.config.vocab_size)
+    prefix_len = prefix.shape[1]
+    results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
+    cache = module(prefix, use_cache=True).past_key_values
+    for n in sizes:
+        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+        mask = _chain_mask(prefix_len, n, dtype, device)
+        positions = torch.arange(prefix_len, prefix_len + n, device=device)[None]
+        times = []
+        for i in range(warmup + repeats):
+            _sync(device)
+            start = time.perf_counter()
+            module(ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                   use_cache=True)
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            _truncate_cache(cache, prefix_len)
+            if i >= warmup:
+                times.append(elapsed)
+        results["sizes"].append(n)
+        results["median_s"].append(statistics.median(times))
+        results["mean_s"].append(statistics.fmean(times))
+        results["min_s"].append(min(times))
+        results["times_s"].append(times)
+    return results
+
+
 def _linear_kernel(module: torch.nn.Module) -> str:
     """Which linear forward the profiled module runs (`models.cpu_linear`)."""
-    from .models.cpu_linear import SmallBatchLinear
+    from ..models.cpu_linear import SmallBatchLinear
 
     small = any(isinstance(m, SmallBatchLinear) for m in module.modules())
     return "small-batch (specdec_lib.models.cpu_linear)" if small else "torch F.linear"
@@ -312,49 +313,6 @@ def _load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         return None
-
-
-def _times(target_profile) -> dict[int, float]:
-    """{n: seconds} from a profile dict (median_s) or a plain mapping {n: time}."""
-    if isinstance(target_profile, Mapping) and "sizes" in target_profile:
-        key = "median_s" if "median_s" in target_profile else None
-        if key is None:
-            raise ValueError("profile dict has 'sizes' but no 'median_s'")
-        sizes, values = target_profile["sizes"], target_profile[key]
-        if len(sizes) != len(values):
-            raise ValueError("profile 'sizes' and 'median_s' differ in length")
-        out = {int(n): float(t) for n, t in zip(sizes, values)}
-    elif isinstance(target_profile, Mapping):
-        out = {int(n): float(t) for n, t in target_profile.items()}
-    else:
-        raise ValueError("target_profile must be a profile dict (from profile/load_profile) or {size: time}")
-    if not out:
-        raise ValueError("the profile has no sizes")
-    for n, t in out.items():
-        if n < 1 or not math.isfinite(t) or t <= 0:
-            raise ValueError(f"bad profile entry size {n}: time {t} (sizes >= 1, times finite and > 0)")
-    return dict(sorted(out.items()))
-
-
-def profile_times(target_profile) -> dict[int, float]:
-    """{size: median seconds} of a profile dict, or a validated copy of a {size: time} mapping."""
-    return _times(target_profile)
-
-
-def level_cost(draft_profile, width: int = 1) -> float:
-    """The draft's cost of one tree level of ``width`` nodes, from its profile (median seconds)."""
-    times = _times(draft_profile)
-    if width not in times:
-        raise ValueError(f"width {width} was not profiled; profiled sizes: {sorted(times)}")
-    return times[width]
-
-
-def normalised_times(target_profile) -> dict[int, float]:
-    """t(n) = T(n) / T(1), Sequoia's normalisation (needs size 1 in the profile)."""
-    times = _times(target_profile)
-    if 1 not in times:
-        raise ValueError("the profile needs size 1 to normalise t(n) by t(1)")
-    return {n: t / times[1] for n, t in times.items()}
 
 
 # ----- JSON -----------------------------------------------------------------------------------------
@@ -396,184 +354,6 @@ def load_profile(path: str | Path) -> dict:
     return data
 
 
-# ----- the optimizers --------------------------------------------------------------------------------
-
-#: Sequoia's ``demo-config.json`` (specs/sequoia.md §3.4): target times for sizes 1..32 and the draft time,
-#: in the same (arbitrary) unit. With the REPO acceptance vector and depth <= 10 the optimum is (4, 4).
-SEQUOIA_DEMO_PROFILE = {1: 10.0, 2: 10.0, 4: 10.0, 8: 12.0, 16: 14.0, 32: 18.0}
-SEQUOIA_DEMO_DRAFT_COST = 0.3
-
-
-@dataclass(frozen=True)
-class TreePlan:
-    """Result of :func:`optimize_tree`: the (size, depth) maximising Speedup(n, d) and its tree.
-
-    ``speedup`` = G / ((t(n) + d c + overhead) / t(1)); ``time_per_token`` = (t(n) + d c + overhead) / G in
-    the profile's unit; ``candidates`` = every (size, depth, G, speedup) scored, for plots.
-    """
-    size: int
-    depth: int
-    tree: list[int]
-    expected_tokens: float
-    speedup: float
-    time_per_token: float
-    candidates: list[tuple[int, int, float, float]] = field(repr=False)
-
-
-def _draft_cost(draft_cost) -> float:
-    if isinstance(draft_cost, Mapping):
-        return level_cost(draft_cost, 1)
-    value = float(draft_cost)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"draft_cost must be finite and >= 0, got {draft_cost}")
-    return value
-
-
-def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, max_depth: int,
-                  step_overhead: float = 0.0) -> TreePlan:
-    """Sequoia's hardware-aware optimizer (Sec. 3.3, Eq. 1; specs/sequoia.md §2.11).
-
-    Maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes n <= ``max_size`` and depths
-    d <= ``max_depth`` (root level counted: one draft pass per level), where G(n, d) is the bounded-depth
-    DP value (:func:`specdec_lib.theory.sequoia_table`), t(n) the target time normalised by t(1) and c the
-    draft's per-level time normalised by t(1).
-
-    ``target_profile``: a profile dict (:func:`profile` / :func:`load_profile`, medians used) or a mapping
-    {size: time}; it must contain size 1. ``draft_cost``: the draft's time per level in the same unit as
-    the target times (seconds for a profile), or the draft's profile dict (its size-1 median).
-    ``step_overhead`` (same unit, default 0) adds a per-step cost the paper does not model (sampling,
-    residuals, masks; specs/sequoia.md §2.11). Ties keep the smaller size, then the smaller depth.
-    """
-    times = _times(target_profile)
-    if 1 not in times:
-        raise ValueError("the target profile needs size 1 (t(n) is normalised by t(1))")
-    c = _draft_cost(draft_cost)
-    max_size = int(max_size)
-    max_depth = int(max_depth)
-    if max_size < 1 or max_depth < 1:
-        raise ValueError("max_size and max_depth must be >= 1")
-    if step_overhead < 0:
-        raise ValueError("step_overhead must be >= 0")
-    sizes = [n for n in times if n <= max_size]
-    table = theory.sequoia_table(acceptance_vector, max(sizes), max_depth)
-    base = times[1]
-    best = None
-    candidates = []
-    for n in sizes:
-        for d in range(1, min(max_depth, n) + 1):
-            g = table.expected_tokens(n, d)
-            if not math.isfinite(g):
-                continue
-            cost = times[n] + d * c + step_overhead
-            speedup = g / (cost / base)
-            candidates.append((n, d, g, speedup))
-            if best is None or speedup > best[3] + 1e-12:
-                best = (n, d, g, speedup, cost / g)
-    n, d, g, speedup, per_token = best
-    return TreePlan(size=n, depth=d, tree=table.tree(n, d), expected_tokens=g, speedup=speedup,
-                    time_per_token=per_token, candidates=candidates)
-
-
-@dataclass(frozen=True)
-class ChainPlan:
-    """Result of :func:`optimize_chain`: the best draft length ``gamma`` for one chain verifier.
-
-    ``interpolated`` is True when t(gamma + 1) was read off a piecewise-linear interpolation of the profile
-    (the size was not measured). ``candidates`` = every (gamma, expected tokens, speedup) scored.
-    """
-    verifier: str
-    gamma: int
-    expected_tokens: float
-    speedup: float
-    time_per_token: float
-    interpolated: bool
-    candidates: list[tuple[int, float, float]] = field(repr=False)
-
-
-CHAIN_VERIFIERS = ("token", "block", "asps")
-
-
-def _interpolate(times: dict[int, float], n: int) -> tuple[float, bool] | None:
-    if n in times:
-        return times[n], False
-    sizes = sorted(times)
-    if n < sizes[0] or n > sizes[-1]:
-        return None
-    hi = next(s for s in sizes if s > n)
-    lo = max(s for s in sizes if s < n)
-    w = (n - lo) / (hi - lo)
-    return times[lo] * (1 - w) + times[hi] * w, True
-
-
-def optimize_chain(acceptance_profile, target_profile, draft_cost, verifier: str = "token",
-                   max_length: int = 16, *, interpolate: bool = True, extra_draft_passes: int = 0,
-                   step_overhead: float = 0.0) -> ChainPlan:
-    """Best draft length gamma of a chain for the ``token``, ``block`` or ``asps`` verifier.
-
-    Speedup(gamma) = E[tokens | gamma] / ((t(gamma + 1) + (gamma + extra_draft_passes) c + overhead) / t(1)):
-    the target scores the root plus gamma drafts in one pass, the draft runs gamma one-token passes
-    (Leviathan et al.'s accounting, specs/sequoia.md §2.10; ``extra_draft_passes=1`` charges Sequoia's
-    d = gamma + 1 passes instead, as :func:`optimize_tree` does).
-
-    ``acceptance_profile`` says how many tokens a step emits, bonus / correction token included:
-
-    * a mapping {gamma: expected emitted tokens per step} measured for this verifier (e.g. the mean of
-      ``len(step.emitted)`` over a decoding run with ``shape=f"chain:{gamma}"``), or
-    * a mapping {verifier name: {gamma: expected tokens}} from which ``verifier``'s entry is used, or
-    * a float alpha in [0, 1] (i.i.d. per-token acceptance), token verifier only: Leviathan's closed form
-      (1 - alpha^(gamma+1)) / (1 - alpha). Block and ASpS verification have no closed form in alpha alone
-      (their gain depends on the distributions), so they need measured values.
-
-    t comes from ``target_profile`` (profile dict or {size: time}, must contain size 1); sizes not
-    profiled are linearly interpolated when ``interpolate`` (reported in ``ChainPlan.interpolated``) and
-    skipped otherwise. ``draft_cost`` as in :func:`optimize_tree`.
-    """
-    if verifier not in CHAIN_VERIFIERS:
-        raise ValueError(f"unknown chain verifier {verifier!r}; expected one of {CHAIN_VERIFIERS}")
-    times = _times(target_profile)
-    if 1 not in times:
-        raise ValueError("the target profile needs size 1 (t(n) is normalised by t(1))")
-    c = _draft_cost(draft_cost)
-    max_length = int(max_length)
-    if max_length < 1:
-        raise ValueError("max_length must be >= 1")
-    if isinstance(acceptance_profile, Mapping):
-        table = acceptance_profile
-        if verifier in table or any(isinstance(v, Mapping) for v in table.values()):
-            if verifier not in table:
-                raise ValueError(f"acceptance_profile has no entry for verifier {verifier!r}")
-            table = table[verifier]
-        expected = {int(g): float(e) for g, e in table.items()}
-        for g, e in expected.items():
-            if g < 0 or not 1.0 <= e <= g + 1 + 1e-9:
-                raise ValueError(f"expected tokens {e} for gamma={g} must lie in [1, gamma + 1]")
-    else:
-        if verifier != "token":
-            raise ValueError(f"verifier {verifier!r} needs measured expected tokens per gamma (a mapping); a "
-                             "scalar alpha only determines the token verifier (Leviathan's closed form)")
-        alpha = float(acceptance_profile)
-        expected = {g: theory.chain_expected_tokens(alpha, g) for g in range(1, max_length + 1)}
-    base = times[1]
-    candidates = []
-    best = None
-    for gamma in sorted(g for g in expected if 1 <= g <= max_length):
-        t = _interpolate(times, gamma + 1) if interpolate else ((times[gamma + 1], False)
-                                                                if gamma + 1 in times else None)
-        if t is None:
-            continue
-        t_value, interpolated = t
-        cost = t_value + (gamma + extra_draft_passes) * c + step_overhead
-        speedup = expected[gamma] / (cost / base)
-        candidates.append((gamma, expected[gamma], speedup))
-        if best is None or speedup > best[2] + 1e-12:
-            best = (gamma, expected[gamma], speedup, cost / expected[gamma], interpolated)
-    if best is None:
-        raise ValueError("no draft length could be scored: the profile does not cover gamma + 1 for any "
-                         "gamma in the acceptance profile (enable interpolate or profile more sizes)")
-    gamma, e, speedup, per_token, interpolated = best
-    return ChainPlan(verifier, gamma, e, speedup, per_token, interpolated, candidates)
-
-
 # ----- command line -------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -609,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = shape_only_model(shape, args.dtype, args.device, num_layers=args.layers)
             label = f"{_shape_key(shape)}-shape" + (f"-{args.layers}layers" if args.layers else "")
         else:
-            from .models import load_model
+            from ..models import load_model
 
             model = load_model(model_name, device=args.device, dtype=args.dtype)
             label = Path(str(model_name)).name
@@ -645,9 +425,3 @@ def _parse_sizes(spec: str) -> list[int]:
     if not sizes or any(n < 1 for n in sizes):
         raise ValueError(f"sizes must be positive integers, got {spec!r}")
     return sorted(set(sizes))
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

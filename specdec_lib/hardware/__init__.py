@@ -1,0 +1,24 @@
+"""Forward-time profiles t(n) and Sequoia's hardware-aware optimizer (Sequoia Sec. 3.3, Eq. 1).
+
+* `profiling`: measuring t(n) (:func:`profile`), shape-only models of published shapes, the JSON files
+  under ``data/hardware/``, and the command line ``python -m specdec_lib.hardware``;
+* `cost_model`: what the profiles give (t(n), the draft's level cost) and the optimizers
+  :func:`optimize_tree` (Speedup(n, d) = G(n, d) / (t(n) + d c)) and :func:`optimize_chain`.
+"""
+
+from __future__ import annotations
+
+from .cost_model import (
+    CHAIN_VERIFIERS, SEQUOIA_DEMO_DRAFT_COST, SEQUOIA_DEMO_PROFILE, ChainPlan, TreePlan, level_cost, normalised_times,
+    optimize_chain, optimize_tree, profile_times,
+)
+from .profiling import (
+    DATA_DIR, SHAPES, load_profile, main, profile, save_profile, shape_config, shape_only_model,
+)
+
+__all__ = [
+    "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
+    "normalised_times",
+    "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
+    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST",
+]

@@ -1,0 +1,147 @@
+"""One notebook's report: the claims summary that opens it, stderr moved out of it, and the HTML.
+
+`render_html` renders an executed notebook with nbconvert; with its claims, the report opens with
+`claims_summary_html` (a `summary_paragraph` and the claims table, `split_ci` splitting a value from its
+95% CI). `strip_stderr` removes stderr outputs (the runner writes them to ``logs/``).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from .results import VERDICTS, atomic_write_text
+
+
+def strip_stderr(nb) -> list[str]:
+    """Remove every stderr stream output from an executed notebook (in place); returns the non-blank texts,
+    each prefixed by its cell's position. The runner writes them to ``logs/<notebook>.stderr.txt``."""
+    texts = []
+    for i, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code" or not cell.get("outputs"):
+            continue
+        kept = []
+        for out in cell.outputs:
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                text = out.get("text", "")
+                text = "".join(text) if isinstance(text, list) else str(text)
+                if text.strip():  # blank stderr writes (e.g. a bar's closing newline) are dropped, not logged
+                    texts.append(f"--- cell {i} ({cell.get('id', '')}):\n{text}")
+            else:
+                kept.append(out)
+        cell.outputs = kept
+    return texts
+
+
+_STDERR_CSS = re.compile(r"\.jp-RenderedText\[data-mime-type=['\"]application/vnd\.jupyter\.stderr['\"]\]\s*\{[^}]*\}\s*")
+"""nbconvert's CSS rules for stderr outputs (dropped from reports that have none)."""
+
+_CI = re.compile(r"\s*\[\s*[-+−]?\d[\d.]*%?\s*,\s*[-+−]?\d[\d.]*%?\s*\]")
+
+
+def split_ci(ours: str) -> tuple[str, str]:
+    """Split our value into (value, CI) when it carries exactly one interval ``[low, high]`` (as written by
+    `experiments.fmt_gain`: ``+2.39% [+0.90, +3.93]``); otherwise (ours, "")."""
+    found = _CI.findall(ours or "")
+    if len(found) != 1:
+        return ours, ""
+    return re.sub(r"\s{2,}", " ", _CI.sub("", ours, count=1)).strip(" ;,"), found[0].strip()
+
+
+def _quote(text: str, limit: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return "“" + (text if len(text) <= limit else text[: limit - 1] + "…") + "”"
+
+
+def summary_paragraph(name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None) -> str:
+    """One paragraph (plain text) on a notebook's claims: counts by verdict, which claims fell short, and
+    how the run was made (profile, date, duration, git revision, machine)."""
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    papers = list(dict.fromkeys(c["paper"] for c in claims))
+    whose = f"of {papers[0]}" if len(papers) == 1 else f"from {len(papers)} sources ({'; '.join(papers)})"
+    run = dict(run or {})
+    text = (f"{name} checks {len(claims)} claim{'s' if len(claims) != 1 else ''} {whose}"
+            + (f" on the {run['profile']} profile" if run.get("profile") else "") + ": "
+            + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".")
+    for verdict in ("not reproduced", "partly"):
+        short = [c["claim"] for c in claims if c["verdict"] == verdict]
+        if short:
+            shown = ", ".join(_quote(c) for c in short[:4]) + (f" and {len(short) - 4} more" if len(short) > 4 else "")
+            text += f" {verdict.capitalize()}: {shown}."
+    if counts["reproduced"] and counts["reproduced"] == len(claims):
+        text += " Every claim checked was reproduced."
+    how = []
+    if run.get("started"):
+        how.append(f"run {str(run['started']).replace('T', ' ').replace('+00:00', ' UTC')}")
+    if isinstance(run.get("duration_s"), (int, float)):
+        how.append(f"{run['duration_s'] / 60:.1f} min")
+    if run.get("git_revision"):
+        how.append(f"git {str(run['git_revision'])[:12]}{'-dirty' if str(run['git_revision']).endswith('-dirty') else ''}")
+    if run.get("machine"):
+        how.append(f"on {run['machine']}")
+    if how:
+        how_text = ", ".join(how)
+        text += " " + how_text[0].upper() + how_text[1:] + "."
+    return text
+
+
+def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None) -> str:
+    """The block that opens a report: the summary paragraph and the claims table (claim, paper's value, ours,
+    95% CI, verdict). One HTML block without blank lines (a markdown cell keeps it whole)."""
+    papers = list(dict.fromkeys(c["paper"] for c in claims))
+    head = ("<tr>" + ("<th>paper</th>" if len(papers) > 1 else "") + "<th>claim</th><th>paper's value</th>"
+            "<th>ours</th><th>95% CI</th><th>verdict</th></tr>")
+    rows = []
+    for c in claims:
+        ours, ci = (c["ours"], c["ci"]) if c.get("ci") else split_ci(c["ours"])
+        notes = f"<br><small style='color:#555'>{_cell(c['notes'])}</small>" if c.get("notes") else ""
+        rows.append(f"<tr data-verdict='{html.escape(c['verdict'])}'>"
+                    + (f"<td>{_cell(c['paper'])}</td>" if len(papers) > 1 else "")
+                    + f"<td>{_cell(c['claim'])}{notes}</td><td>{_cell(c['paper_value'])}</td><td>{_cell(ours)}</td>"
+                    f"<td style='white-space:nowrap'>{_cell(ci or '–')}</td>"
+                    f"<td style='background:{_COLOURS.get(c['verdict'], '#fff')}'>{_cell(c['verdict'])}</td></tr>")
+    return ("<div id='claims-summary' class='specdec-claims-summary'>"
+            f"<h2>Claims at a glance</h2><p>{html.escape(summary_paragraph(name, claims, run))}</p>"
+            "<table class='specdec-claims'>" + head + "".join(rows) + "</table>"
+            "<p><small>Computed at the end of this notebook (its <em>Claims</em> section); CIs are 95% bootstrap "
+            "intervals over prompts where the claim has one.</small></p></div>")
+
+
+def add_claims_summary(nb, name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None):
+    """Insert the claims summary (`claims_summary_html`) as a markdown cell right after the notebook's title
+    cell (its first markdown cell; at the top when it does not start with one). Returns the notebook."""
+    import nbformat
+
+    cell = nbformat.v4.new_markdown_cell(claims_summary_html(name, claims, run))
+    cell.metadata["tags"] = ["claims-summary"]
+    cell["id"] = "claims-summary"
+    at = 1 if nb.cells and nb.cells[0].get("cell_type") == "markdown" else 0
+    nb.cells.insert(at, cell)
+    return nb
+
+
+def render_html(notebook_path: Path | str, html_path: Path | str, claims: list[Mapping[str, Any]] | None = None,
+                run: Mapping[str, Any] | None = None) -> Path:
+    """Render an executed notebook to standalone HTML with nbconvert (written atomically). With ``claims``
+    the report opens with its claims table and summary (`add_claims_summary`; ``run``: the run record)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    if claims:
+        add_claims_summary(nb, Path(notebook_path).stem, claims, run)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    if not any(o.get("name") == "stderr" for c in nb.cells for o in c.get("outputs", [])):
+        body = _STDERR_CSS.sub("", body)  # a report without stderr needs no stderr style either
+    return atomic_write_text(html_path, body)
+
+
+_COLOURS = {"reproduced": "#d4f4dd", "partly": "#fff3c4", "not reproduced": "#f9d6d5",
+            "not applicable offline": "#e8e8e8", "failed": "#f4b6b6", "ok": "#d4f4dd", "not run": "#e8e8e8"}
+
+
+def _cell(text: Any, link: str = "") -> str:
+    body = html.escape("" if text is None else str(text))
+    return f'<a href="{html.escape(link)}">{body}</a>' if link else body

@@ -1,0 +1,292 @@
+"""``<reports>/index.html``: one row per notebook and per claim, verdict counts per paper, and the
+verdicts changed since the previous run, from a reports folder's ``claims/*.json`` and ``status.json``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .report_html import _COLOURS, _cell, split_ci
+from .report_notebooks import NOTEBOOK_DIR, list_notebooks
+from .results import VERDICTS, atomic_write_text, load_claims
+
+
+PREVIOUS_CLAIMS = Path(".previous") / "claims"
+"""Where the runner keeps the claim files it replaced (relative to the reports folder)."""
+
+
+def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
+    """The per-notebook run records of a reports folder (empty when none)."""
+    path = Path(reports_dir) / "status.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def index_rows(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEBOOK_DIR
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(claim rows, notebook rows) of the index, from ``claims/*.json`` and ``status.json``.
+
+    A notebook whose last run failed keeps its last good claims (values shown) with the verdict
+    ``failed``; one that never succeeded gets a single ``failed`` row with its error.
+    """
+    reports = Path(reports_dir)
+    status = load_status(reports)
+    names = set(status)
+    names.update(p.stem for p in (reports / "claims").glob("*.json"))
+    if notebook_dir is not None:
+        names.update(list_notebooks(notebook_dir))
+    claim_rows, nb_rows = [], []
+    for name in sorted(names):
+        st = status.get(name, {})
+        claims_file = reports / "claims" / f"{name}.json"
+        failed = st.get("status") == "failed"
+        good_report = f"{name}.html" if (reports / f"{name}.html").exists() else ""
+        link = st.get("report", "") if failed else good_report
+        log = f"logs/{name}.stderr.txt" if (reports / "logs" / f"{name}.stderr.txt").exists() else ""
+        nb_rows.append({"notebook": name, "status": st.get("status", "not run"), "profile": st.get("profile", ""),
+                        "started": st.get("started", ""), "duration_s": st.get("duration_s"),
+                        "error": st.get("error", ""), "report": link, "last_good_report": good_report,
+                        "git_revision": st.get("git_revision", ""), "machine": st.get("machine", ""),
+                        "stderr_outputs": st.get("stderr_outputs"), "stderr_log": log})
+        records: list[dict[str, Any]] = []
+        if claims_file.exists():
+            try:
+                records = load_claims(claims_file)
+            except (ValueError, KeyError, TypeError) as exc:
+                failed, st = True, {**st, "error": f"unreadable claims file: {exc}"}
+        for r in records:
+            row = {**r, "notebook": name, "report": link}
+            if failed:
+                row["notes"] = (f"notebook failed in its last run ({st.get('error', '')}); values from the last "
+                                f"good run. " + row.get("notes", "")).strip()
+                row["verdict"] = "failed"
+            claim_rows.append(row)
+        if failed and not records:
+            claim_rows.append({"paper": "-", "claim": f"all claims of {name}", "paper_value": "-", "ours": "-",
+                               "verdict": "failed", "notes": st.get("error", ""), "notebook": name, "report": link})
+    return claim_rows, nb_rows
+
+
+def _records(payload_text: str) -> list[dict[str, Any]]:
+    from .results import Claim
+
+    return [asdict(Claim(**r)) for r in json.loads(payload_text)["claims"]]
+
+
+def previous_claims(reports_dir: Path | str, name: str) -> tuple[list[dict[str, Any]] | None, str]:
+    """The baseline a notebook's claims are compared with, and where it came from: the claims file in git
+    HEAD when the reports folder is tracked (the previous committed run), else the file the runner replaced
+    last (``.previous/claims/<name>.json``); (None, "") when there is neither."""
+    reports = Path(reports_dir)
+    if reports.is_dir():
+        try:
+            shown = subprocess.run(["git", "show", f"HEAD:./claims/{name}.json"], cwd=reports, capture_output=True,
+                                   text=True, timeout=20)
+            if shown.returncode == 0:
+                return _records(shown.stdout), "git HEAD"
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+            pass
+    kept = reports / PREVIOUS_CLAIMS / f"{name}.json"
+    if kept.exists():
+        try:
+            return _records(kept.read_text(encoding="utf-8")), "previous run"
+        except (ValueError, KeyError, TypeError):
+            return None, ""
+    return None, ""
+
+
+def claim_changes(previous: Iterable[Mapping[str, Any]], current: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Claims whose verdict changed, new claims and removed ones, matched on (paper, claim)."""
+    prev = {(r["paper"], r["claim"]): r for r in previous}
+    cur = {(r["paper"], r["claim"]): r for r in current}
+    out = []
+    for key, r in cur.items():
+        old = prev.get(key)
+        if old is None:
+            out.append({"change": "new", "paper": key[0], "claim": key[1], "before": "", "after": r["verdict"],
+                        "ours_before": "", "ours_after": r["ours"]})
+        elif old["verdict"] != r["verdict"]:
+            out.append({"change": "verdict", "paper": key[0], "claim": key[1], "before": old["verdict"],
+                        "after": r["verdict"], "ours_before": old["ours"], "ours_after": r["ours"]})
+    for key, r in prev.items():
+        if key not in cur:
+            out.append({"change": "removed", "paper": key[0], "claim": key[1], "before": r["verdict"], "after": "",
+                        "ours_before": r["ours"], "ours_after": ""})
+    return out
+
+
+def index_changes(reports_dir: Path | str, names: Iterable[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """(changes of every notebook with a baseline, each with its ``notebook``; {notebook: baseline source})."""
+    reports = Path(reports_dir)
+    changes, sources = [], {}
+    for name in names:
+        path = reports / "claims" / f"{name}.json"
+        if not path.exists():
+            continue
+        previous, source = previous_claims(reports, name)
+        if previous is None:
+            continue
+        sources[name] = source
+        try:
+            current = load_claims(path)
+        except (ValueError, KeyError, TypeError):
+            continue
+        changes += [{"notebook": name, **c} for c in claim_changes(previous, current)]
+    return changes, sources
+
+
+def _verdict_cell(verdict: str) -> str:
+    return f"<td style='background:{_COLOURS.get(verdict, '#fff')}'>{_cell(verdict)}</td>" if verdict else "<td></td>"
+
+
+def _short_rev(rev: str) -> str:
+    return rev[:10] + ("-dirty" if rev.endswith("-dirty") else "") if rev else ""
+
+
+_FILTER_JS = """<script>
+function filterClaims() {
+  var v = document.getElementById('verdict-filter').value, n = 0;
+  document.querySelectorAll('#claims tr[data-verdict]').forEach(function (r) {
+    var show = v === 'all' || (v === 'changed' ? r.getAttribute('data-changed') === '1' : r.getAttribute('data-verdict') === v);
+    r.style.display = show ? '' : 'none';
+    if (show) { n++; }
+  });
+  document.getElementById('shown-count').textContent = n + ' shown';
+}
+</script>"""
+
+
+def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEBOOK_DIR) -> Path:
+    """Write ``<reports>/index.html`` from the claim files and run records; returns its path.
+
+    It shows the run metadata (date, git revision, machine, profile, minutes per notebook), the verdict
+    counts per paper, the verdicts changed since the previous run (`previous_claims`), the notebooks and
+    every claim, with a verdict filter (a small inline script; without it every row shows)."""
+    reports = Path(reports_dir)
+    claim_rows, nb_rows = index_rows(reports, notebook_dir)
+    changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])
+    changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
+    counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
+    out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
+           + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
+    out.append(_FILTER_JS)
+    out.append("</body></html>")
+    return atomic_write_text(reports / "index.html", "\n".join(out))
+
+
+def _run_section(nb_rows: list[dict[str, Any]], counts: Mapping[str, int]) -> list[str]:
+    """The page's head and its "Run" section: when, which revision, machine and profile, verdict counts."""
+    ran = [r for r in nb_rows if r["status"] != "not run"]
+    revisions = list(dict.fromkeys(_short_rev(r["git_revision"]) for r in ran if r["git_revision"]))
+    machines = list(dict.fromkeys(r["machine"] for r in ran if r["machine"]))
+    profiles = list(dict.fromkeys(r["profile"] for r in ran if r["profile"]))
+    starts = sorted(r["started"] for r in ran if r["started"])
+    minutes = sum(r["duration_s"] for r in ran if isinstance(r["duration_s"], (int, float))) / 60
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>specdec workbook: claims</title>",
+           "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+           "width:100%;margin-bottom:2em}td,th{border:1px solid #bbb;padding:4px 8px;vertical-align:top;"
+           "font-size:14px}th{background:#f0f0f0;text-align:left}.notes{color:#555;font-size:12px}"
+           "table.counts{width:auto}table.counts td{text-align:right}dl.meta{display:grid;"
+           "grid-template-columns:max-content auto;gap:2px 1em}dl.meta dt{font-weight:bold}dl.meta dd{margin:0}"
+           "</style>", "</head><body>", "<h1>Lossless speculative decoding: reproduction index</h1>",
+           "<h2>Run</h2><dl class='meta' id='run-metadata'>",
+           f"<dt>index generated</dt><dd>{_cell(now)}</dd>",
+           f"<dt>notebooks run</dt><dd>{_cell(starts[0] if starts else '-')} … {_cell(starts[-1] if starts else '-')} "
+           f"({len(ran)} notebooks, {minutes:.1f} min in all)</dd>",
+           f"<dt>profile</dt><dd>{_cell(', '.join(profiles) or '-')}</dd>",
+           f"<dt>git revision</dt><dd>{_cell(', '.join(revisions) or 'not recorded')}</dd>",
+           f"<dt>machine</dt><dd>{_cell('; '.join(machines) or 'not recorded')}</dd>",
+           "<dt>verdicts</dt><dd>" + ", ".join(f"{html.escape(v)}: {n}" for v, n in counts.items()) + "</dd></dl>"]
+    return out
+
+
+def _paper_counts_section(claim_rows: list[dict[str, Any]]) -> list[str]:
+    """The "Verdicts by paper" section: one row of verdict counts per paper, then all papers."""
+    out = []
+    papers = list(dict.fromkeys(r["paper"] for r in claim_rows))
+    out.append("<h2>Verdicts by paper</h2><table class='counts' id='paper-counts'><tr><th>paper</th>"
+               + "".join(f"<th>{html.escape(v)}</th>" for v in VERDICTS) + "<th>total</th></tr>")
+    for paper in papers + ["all papers"]:
+        rows = claim_rows if paper == "all papers" else [r for r in claim_rows if r["paper"] == paper]
+        cells = "".join(f"<td>{sum(r['verdict'] == v for r in rows) or ''}</td>" for v in VERDICTS)
+        tag = "th" if paper == "all papers" else "td"
+        out.append(f"<tr><{tag} style='text-align:left'>{_cell(paper)}</{tag}>{cells}<td>{len(rows)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _changes_section(changes: list[dict[str, Any]], baselines: Mapping[str, str]) -> list[str]:
+    """The "Changed since the previous run" section: claims whose verdict changed, new and removed ones."""
+    out = []
+    sources = sorted(set(baselines.values()))
+    out.append("<h2>Changed since the previous run</h2><div id='changes'>")
+    if not baselines:
+        out.append("<p>No previous run to compare with (no claims in git HEAD and none kept from a previous run).</p>")
+    elif not changes:
+        out.append(f"<p>No verdict changed since the previous run (baseline: {html.escape(', '.join(sources))}; "
+                   f"{len(baselines)} notebooks compared).</p>")
+    else:
+        out.append(f"<p>{len(changes)} change(s) against the previous run (baseline: {html.escape(', '.join(sources))};"
+                   " claims are matched on their paper and text).</p><table><tr><th>notebook</th><th>change</th>"
+                   "<th>claim</th><th>before</th><th>after</th><th>ours before → after</th></tr>")
+        for c in changes:
+            out.append(f"<tr><td>{_cell(c['notebook'])}</td><td>{_cell(c['change'])}</td><td>{_cell(c['claim'])}"
+                       f"<div class='notes'>{_cell(c['paper'])}</div></td>{_verdict_cell(c['before'])}"
+                       f"{_verdict_cell(c['after'])}<td>{_cell(c['ours_before'])} → {_cell(c['ours_after'])}</td></tr>")
+        out.append("</table>")
+    out.append("</div>")
+    return out
+
+
+def _notebooks_section(nb_rows: list[dict[str, Any]]) -> list[str]:
+    """The "Notebooks" section: status, profile, start, minutes, revision, stderr and error of each one."""
+    out = []
+    out.append("<h2>Notebooks</h2><table id='notebooks'><tr><th>notebook</th><th>status</th><th>profile</th>"
+               "<th>started (UTC)</th><th>minutes</th><th>git revision</th><th>stderr</th><th>error</th></tr>")
+    for r in nb_rows:
+        minutes_nb = f"{r['duration_s'] / 60:.1f}" if isinstance(r["duration_s"], (int, float)) else ""
+        extra = ""
+        if r["status"] == "failed" and r["last_good_report"]:
+            extra = f" (<a href='{html.escape(r['last_good_report'])}'>last good report</a>)"
+        stderr = _cell(f"{r['stderr_outputs']} outputs", r["stderr_log"]) if r["stderr_outputs"] else \
+            ("0" if r["stderr_outputs"] == 0 and r["status"] == "ok" else "")
+        out.append(f"<tr><td>{_cell(r['notebook'], r['report'])}{extra}</td>"
+                   f"<td style='background:{_COLOURS.get(r['status'], '#fff')}'>{_cell(r['status'])}</td>"
+                   f"<td>{_cell(r['profile'])}</td><td>{_cell(r['started'])}</td><td>{minutes_nb}</td>"
+                   f"<td>{_cell(_short_rev(r['git_revision']))}</td><td>{stderr}</td>"
+                   f"<td class='notes'>{_cell(r['error'])}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
+                    changed_keys: set[tuple[str, str, str]]) -> list[str]:
+    """The "Claims" section: every claim with its values and verdict, and the verdict filter."""
+    out = []
+    options = "".join(f"<option value='{html.escape(v)}'>{html.escape(v)} ({counts[v]})</option>" for v in VERDICTS)
+    out.append("<h2>Claims</h2><p><label for='verdict-filter'>Show verdict: </label>"
+               "<select id='verdict-filter' onchange='filterClaims()'>"
+               f"<option value='all'>all ({len(claim_rows)})</option>{options}"
+               f"<option value='changed'>changed since the previous run ({len(changed_keys)})</option></select> "
+               f"<span id='shown-count'>{len(claim_rows)} shown</span></p>"
+               "<table id='claims'><tr><th>notebook</th><th>paper</th><th>claim</th>"
+               "<th>paper's value</th><th>ours</th><th>95% CI</th><th>verdict</th></tr>")
+    for r in claim_rows:
+        changed = (r["notebook"], r["paper"], r["claim"]) in changed_keys
+        notes = f"<div class='notes'>{_cell(r.get('notes'))}</div>" if r.get("notes") else ""
+        ours, ci = (r["ours"], r["ci"]) if r.get("ci") else split_ci(r["ours"])
+        out.append(f"<tr data-verdict='{html.escape(r['verdict'])}' data-changed='{int(changed)}'>"
+                   f"<td>{_cell(r['notebook'], r['report'])}</td><td>{_cell(r['paper'])}</td>"
+                   f"<td>{_cell(r['claim'])}{' <b>(changed)</b>' if changed else ''}{notes}</td>"
+                   f"<td>{_cell(r['paper_value'])}</td><td>{_cell(ours)}</td>"
+                   f"<td style='white-space:nowrap'>{_cell(ci)}</td>{_verdict_cell(r['verdict'])}</tr>")
+    out.append("</table>")
+    return out
