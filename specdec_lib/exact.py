@@ -26,7 +26,6 @@ deliberately broken variant built in a test).
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from collections import Counter, defaultdict
 from typing import Any, Callable, Sequence
@@ -35,10 +34,9 @@ import torch
 
 from .models.synthetic import ToyLM
 from .tree import DraftTree, parent_children, validate_parents
-from .verifiers.base import Verdict, Verifier
+from .verifiers.base import NextStateFn, Verdict, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
-NextStateFn = Callable[[DraftTree, Any, tuple, int], Any]
 ENUMERABLE_SAMPLING = ("iid", "without_replacement", "topk")
 
 __all__ = [
@@ -290,13 +288,8 @@ def step_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefi
 
 
 def _default_next_state(v: Verifier) -> NextStateFn | None:
-    """A verifier module that carries state defines ``next_state(tree, state, path, token)``."""
-    try:
-        module = importlib.import_module(f"specdec_lib.verifiers.{v.name}")
-    except ImportError:
-        return None
-    fn = getattr(module, "next_state", None)
-    return fn if getattr(module, "VERIFIER", None) is v else None
+    """The verifier's own ``next_state`` (only verifiers that carry state define one)."""
+    return v.next_state
 
 
 def multistep_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,

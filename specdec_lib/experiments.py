@@ -388,13 +388,9 @@ def collect_trees(pair: Pair, prompts: Sequence[PromptIds], shape: str | Sequenc
 
 def _next_state_fn(verifier: str):
     """The ``next_state(tree, state, path, token)`` of a verifier that carries state (greedy_block)."""
-    import importlib
+    from .verifiers import get_verifier
 
-    try:
-        module = importlib.import_module(f"specdec_lib.verifiers.{verifier}")
-    except ImportError:
-        return None
-    return getattr(module, "next_state", None)
+    return get_verifier(verifier).next_state
 
 
 def _replay_path(tree: DraftTree, tokens: Sequence[int]) -> tuple[int, ...]:

@@ -37,6 +37,7 @@ class Verdict:
 SampleFn = Callable[[DraftTree, torch.Generator, Any], Verdict]
 LawFn = Callable[[DraftTree, Any], torch.Tensor]
 CheckFn = Callable[[DraftTree], None]
+NextStateFn = Callable[[DraftTree, Any, tuple, int], Any]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Verifier:
     law: LawFn | None
     check: CheckFn
     description: str = ""
+    next_state: NextStateFn | None = None
+    """For a verifier that carries state across steps (greedy_block): ``next_state(tree, state, path, token)``."""
 
 
 def expected_tokens_from_law(tree: DraftTree, law: torch.Tensor) -> float:

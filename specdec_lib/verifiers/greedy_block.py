@@ -186,6 +186,7 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    next_state=next_state,
     description="Greedy block verification (Sun et al. ICLR'25, Algs. 4-6): maximal coupling of every "
                 "prefix in one step, lossless across steps through the target modification carried "
                 "in Verdict.state.",
