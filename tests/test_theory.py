@@ -659,3 +659,16 @@ def test_measurement_input_errors():
         T.positional_acceptance(p, q, 4, "without_replacement", method="exact", exact_limit=2)
     with pytest.raises(ValueError, match="coupling"):
         T.erss_index_distribution(p, q, 2, "spec")
+
+
+def test_strategy_shape_gives_each_erss_strategy():
+    r = [0.5, 0.2, 0.1, 0.05]
+    assert T.strategy_shape("sequence", 3, r) == [-1, 0, 1, 2]
+    assert T.strategy_shape("batch", 3, r) == [-1, 0, 0, 0]
+    parents, _, _ = T.tau_star_tree(r, 5)
+    assert T.strategy_shape("tau_star", 5, r) == parents
+    assert len(T.strategy_shape("specinfer", 4, r)) == 5
+    with pytest.raises(ValueError, match="strategy"):
+        T.strategy_shape("star", 3, r)
+    with pytest.raises(ValueError, match="k"):
+        T.strategy_shape("sequence", 0, r)

@@ -40,7 +40,7 @@ from .closed_forms import (
 from .divergences import erss_first_acceptance, harmonic_mean_divergence, kl_divergence, total_variation
 from .erss import (
     Lemma43Result, batch_expected_tokens, erss_specinfer_expected_tokens, index_entropy, lemma43_bound,
-    lemma43_fixed_curve, tau_star_tree, tau_star_vertices, tunstall_bound,
+    lemma43_fixed_curve, STRATEGIES, strategy_shape, tau_star_tree, tau_star_vertices, tunstall_bound,
 )
 from .sequoia import (
     SequoiaTable, growth_threshold, power_law_acceptance, power_law_construction, sequoia_growth_lower_bound,
@@ -57,7 +57,8 @@ __all__ = [
     # power law
     "power_law_acceptance", "power_law_construction", "sequoia_growth_lower_bound", "growth_threshold",
     # ERSS
-    "tau_star_tree", "tau_star_vertices", "batch_expected_tokens", "erss_specinfer_expected_tokens",
+    "tau_star_tree", "tau_star_vertices", "STRATEGIES", "strategy_shape", "batch_expected_tokens",
+    "erss_specinfer_expected_tokens",
     "index_entropy", "tunstall_bound", "Lemma43Result", "lemma43_bound", "lemma43_fixed_curve",
     # measurement
     "ACCEPTANCE_SCHEMES", "positional_acceptance", "erss_index_distribution", "total_variation",

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..tree import parse_shape
 from .checks import _check_int, _cumulative, _monotone_check, _prob_vector
 
 
@@ -82,6 +83,24 @@ def tau_star_tree(r, k: int, *, max_index: int | None = None,
     position = {j: i for i, j in enumerate(vertices)}
     parents = [-1] + [position[j[:-1]] for j in vertices[1:]]
     return parents, 1.0 + float(sum(gains)), gains
+
+
+STRATEGIES = ("sequence", "batch", "specinfer", "tau_star")
+"""The drafting strategies the ERSS paper compares (its Figures 3-4)."""
+
+
+def strategy_shape(strategy: str, k: int, r) -> list[int]:
+    """The parents list of ERSS's strategy ``strategy`` with ``k`` drafted tokens: ``sequence`` (a chain),
+    ``batch`` (k root children), ``specinfer`` (`tree.erss_specinfer`) or ``tau_star`` (`tau_star_tree` of the
+    index distribution ``r``; a measured r that is not non-increasing is used as it is, silently: the tree is
+    then the best for the 0th-order model of that r, not a proven optimum)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    k = _check_int(k, "k", 1)
+    if strategy == "tau_star":
+        return tau_star_tree(r, k, check_monotone="ignore")[0]
+    form = {"sequence": f"chain:{k}", "batch": f"batch:{k}x1", "specinfer": f"erss_specinfer:{k}"}[strategy]
+    return list(parse_shape(form))
 
 
 def batch_expected_tokens(r, k: int) -> float:
