@@ -47,7 +47,7 @@ from .results import VERDICTS, Claim, claim as make_claim
 
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cluster_of", "paired_sums",
-           "bootstrap_indices", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "first_level_decision",
+           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "first_level_decision",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES"]
 
@@ -348,6 +348,17 @@ def paired_sums(frame, method: str, baseline: str, by: Sequence[str] = (), colum
         raise ValueError(f"no rows evaluated by both {method!r} and {baseline!r}")
     both["_cluster"] = both["prompt_id"].map(cluster_of)
     return both.groupby(by + ["_cluster"], dropna=False)[["_a", "_b", "_n"]].sum().reset_index()
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the per-unit differences a - b (exact per-context quantities measured at
+    the same contexts, e.g. two schemes' rejection rates). SE is nan with fewer than two units."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise ValueError(f"a and b must be matched non-empty 1-D arrays, got shapes {a.shape} and {b.shape}")
+    d = a - b
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return float(d.mean()), se
 
 
 def bootstrap_indices(n_clusters: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:

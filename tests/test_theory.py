@@ -672,3 +672,15 @@ def test_strategy_shape_gives_each_erss_strategy():
         T.strategy_shape("star", 3, r)
     with pytest.raises(ValueError, match="k"):
         T.strategy_shape("sequence", 0, r)
+
+
+def test_acceptance_by_scheme_is_positional_acceptance_per_scheme():
+    g = torch.Generator().manual_seed(0)
+    P = torch.softmax(torch.randn(4, 6, generator=g, dtype=torch.float64), -1)
+    Q = torch.softmax(torch.randn(4, 6, generator=g, dtype=torch.float64), -1)
+    out = T.acceptance_by_scheme(P, Q, 3, {"a": "iid", "b": "without_replacement"}, num_samples=8)
+    assert set(out) == {"a", "b"} and out["a"].shape == (4, 3)
+    ref = T.positional_acceptance(P, Q, 3, "iid", per_row=True).numpy()
+    assert np.allclose(out["a"], ref)
+    with pytest.raises(ValueError, match="schemes"):
+        T.acceptance_by_scheme(P, Q, 3, {})

@@ -315,3 +315,11 @@ def test_tie_asps_equals_block_in_exact_rationals():
             assert torch.allclose(exact_law(name, tree), want, atol=1e-12, rtol=0), (trial, name)
         differs += not torch.allclose(exact_law("token", tree), want, atol=1e-9, rtol=0)
     assert differs > 0  # control: token verification is a different law on some of these chains
+
+
+def test_paired_difference():
+    m, se = V.paired_difference([1.0, 2.0, 4.0], [0.0, 1.0, 1.0])
+    assert m == pytest.approx(5 / 3) and se == pytest.approx(np.std([1, 1, 3], ddof=1) / np.sqrt(3))
+    assert np.isnan(V.paired_difference([1.0], [0.5])[1])
+    with pytest.raises(ValueError, match="matched"):
+        V.paired_difference([1.0, 2.0], [1.0])

@@ -31,7 +31,7 @@ Modules
 
 from __future__ import annotations
 
-from .acceptance import ACCEPTANCE_SCHEMES, erss_index_distribution, positional_acceptance
+from .acceptance import ACCEPTANCE_SCHEMES, acceptance_by_scheme, erss_index_distribution, positional_acceptance
 from .closed_forms import (
     SEQUOIA_REPO_COUNTS, SEQUOIA_REPO_NONE, best_k_sequences, best_kary, chain_expected_tokens, chain_speedup,
     expected_tokens_positional, k_sequences_expected_tokens, kary_expected_tokens, sequoia_repo_acceptance,
@@ -61,6 +61,6 @@ __all__ = [
     "erss_specinfer_expected_tokens",
     "index_entropy", "tunstall_bound", "Lemma43Result", "lemma43_bound", "lemma43_fixed_curve",
     # measurement
-    "ACCEPTANCE_SCHEMES", "positional_acceptance", "erss_index_distribution", "total_variation",
+    "ACCEPTANCE_SCHEMES", "positional_acceptance", "acceptance_by_scheme", "erss_index_distribution", "total_variation",
     "kl_divergence", "harmonic_mean_divergence", "erss_first_acceptance",
 ]

@@ -5,6 +5,7 @@ several drafting / verification schemes (``positional_acceptance``, exact or Mon
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -226,6 +227,18 @@ def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
         onehot[rows[hit], rank[hit]] = 1.0
         counts += onehot.view(s, m, k).sum(0)
     return counts / num_samples
+
+
+def acceptance_by_scheme(target_rows, draft_rows, max_children: int, schemes: Mapping[str, str],
+                         num_samples: int = 64, seed: int = 1) -> dict[str, np.ndarray]:
+    """`positional_acceptance` per context ([M, K] arrays) for several sampling schemes at the same matched
+    rows: ``schemes`` maps a label to a scheme of ``ACCEPTANCE_SCHEMES``. Each scheme gets its own generator
+    seeded ``seed``, so its numbers do not depend on which other schemes are asked for."""
+    if not schemes:
+        raise ValueError("schemes must name at least one sampling scheme")
+    return {name: positional_acceptance(target_rows, draft_rows, max_children, sampling, num_samples=num_samples,
+                                        per_row=True, generator=torch.Generator().manual_seed(seed)).numpy()
+            for name, sampling in schemes.items()}
 
 
 def positional_acceptance(target_rows, draft_rows, max_children: int, sampling: str = "without_replacement",
