@@ -7,6 +7,7 @@ claims, and its report must render. Output goes to a temporary folder (never to 
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import pytest
@@ -27,6 +28,17 @@ def test_notebooks_have_kernel_metadata_and_parameters():
         assert len(tagged) == 1, f"{name}: exactly one cell tagged 'parameters'"
         assert "profile" in tagged[0].source, f"{name}: the parameters cell sets the profile"
         assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name}: committed with outputs"
+
+
+def test_notebooks_only_orchestrate():
+    """Logic lives in the library, tested: no notebook code cell defines a function or a class."""
+    offenders = []
+    for name in NOTEBOOKS:
+        nb = nbformat.read(str(reports.NOTEBOOK_DIR / f"{name}.ipynb"), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and re.search(r"^\s*(async\s+def|def|class)\s+\w+", cell.source, re.M):
+                offenders.append(f"{name} cell {i}")
+    assert not offenders, offenders
 
 
 @pytest.mark.slow
