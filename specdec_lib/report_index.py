@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 from .report_html import _COLOURS, _cell, split_ci
 from .report_notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, atomic_write_text, load_claims
+from .verdicts import SEED_DEPENDENT, STABLE_MARK
 
 
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
@@ -174,7 +175,7 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
     out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
-           + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
+           + _seed_section(claim_rows) + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
     out.append(_FILTER_JS)
     out.append("</body></html>")
     return atomic_write_text(reports / "index.html", "\n".join(out))
@@ -241,6 +242,24 @@ def _changes_section(changes: list[dict[str, Any]], baselines: Mapping[str, str]
             out.append(f"<tr><td>{_cell(c['notebook'])}</td><td>{_cell(c['change'])}</td><td>{_cell(c['claim'])}"
                        f"<div class='notes'>{_cell(c['paper'])}</div></td>{_verdict_cell(c['before'])}"
                        f"{_verdict_cell(c['after'])}<td>{_cell(c['ours_before'])} → {_cell(c['ours_after'])}</td></tr>")
+        out.append("</table>")
+    out.append("</div>")
+    return out
+
+
+def _seed_section(claim_rows: list[dict[str, Any]]) -> list[str]:
+    """The "Seed stability" section: how many claims were decided under two bootstrap seeds
+    (`verdicts.checked_claim`) and every claim whose verdict depends on the seed (a defect to fix)."""
+    checked = [r for r in claim_rows if STABLE_MARK in r.get("notes", "") or SEED_DEPENDENT in r.get("notes", "")]
+    flips = [r for r in checked if SEED_DEPENDENT in r.get("notes", "")]
+    out = ["<h2>Seed stability</h2><div id='seed-stability'>",
+           f"<p>{len(checked)} of {len(claim_rows)} claims were decided by a written rule under two bootstrap seeds; "
+           f"{len(flips)} of them change verdict with the seed.</p>"]
+    if flips:
+        out.append("<table><tr><th>notebook</th><th>claim</th><th>verdicts by seed</th></tr>")
+        for r in flips:
+            note = r["notes"][r["notes"].index(SEED_DEPENDENT):]
+            out.append(f"<tr><td>{_cell(r['notebook'])}</td><td>{_cell(r['claim'])}</td><td>{_cell(note)}</td></tr>")
         out.append("</table>")
     out.append("</div>")
     return out

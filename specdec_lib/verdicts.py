@@ -48,7 +48,7 @@ from .results import VERDICTS, Claim, claim as make_claim
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "first_level_decision",
-           "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "NOTEBOOK_RULES",
+           "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES"]
 
 REPRODUCED, PARTLY_V, NOT_REPRODUCED, NA = VERDICTS[0], VERDICTS[1], VERDICTS[2], VERDICTS[3]
@@ -628,7 +628,8 @@ def to_claim(decision: Decision, paper: str, claim_text: str, paper_value: Any, 
 
 
 SEED_DEPENDENT = "seed-dependent verdict"
-"""Marker in a claim's notes (`checked_claim`) that the reports' index lists."""
+STABLE_MARK = "same verdict under bootstrap seeds"
+"""Markers in a claim's notes (`checked_claim`) that the reports' index counts and lists."""
 
 
 def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
@@ -642,7 +643,7 @@ def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequen
     decisions = [check.evaluate(frame, int(s), n_boot) for s in seeds]
     verdicts = [d.verdict for d in decisions]
     if len(set(verdicts)) == 1:
-        stability = f"same verdict under bootstrap seeds {', '.join(map(str, seeds))}"
+        stability = f"{STABLE_MARK} {', '.join(map(str, seeds))}"
     else:
         stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} (seed {s})" for s, v in zip(seeds, verdicts))
     extra = "; ".join(x for x in (notes, stability) if x)

@@ -76,6 +76,19 @@ def test_index_from_claim_files(tmp_path):
     assert [n["status"] for n in nbs] == ["not run", "not run"]
 
 
+def test_index_lists_seed_dependent_verdicts(tmp_path):
+    from specdec_lib import verdicts
+
+    stable = results.claim("asps", "stable", "+1%", "+2%", True, notes=f"rule x; {verdicts.STABLE_MARK} 0, 1")
+    flip = results.claim("asps", "flips", "+1%", "+0.5%", "partly",
+                         notes=f"rule x; {verdicts.SEED_DEPENDENT}: reproduced (seed 0), partly (seed 1)")
+    results.save_claims("01_a", [stable, flip, results.claim("asps", "hand", "1", "1", True)], directory=tmp_path / "claims")
+    text = reports.build_index(tmp_path, notebook_dir=None).read_text()
+    section = text[text.index("id='seed-stability'"):text.index("<h2>Notebooks")]
+    assert "2 of 3 claims" in section and "1 of them change verdict" in section
+    assert "flips" in section and "stable</td>" not in section
+
+
 @pytest.mark.slow
 def test_runner_success_then_failure_keeps_last_good_report(tmp_path):
     nbdir, rep, res = tmp_path / "nb", tmp_path / "reports", tmp_path / "results"
