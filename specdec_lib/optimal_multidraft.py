@@ -41,8 +41,8 @@ SAMPLINGS = ("iid", "without_replacement")
 _ENUMERATION_LIMIT = 200_000
 """The most ordered draft tuples `_avoid_probability` enumerates (without replacement, k > 2)."""
 
-__all__ = ["SAMPLINGS", "optimal_acceptance", "exhaustive_acceptance", "brute_force_lp_acceptance",
-           "draft_tuples"]
+__all__ = ["SAMPLINGS", "optimal_acceptance", "optimal_acceptance_rows", "exhaustive_acceptance",
+           "brute_force_lp_acceptance", "draft_tuples"]
 
 
 def _distribution(x, name: str) -> np.ndarray:
@@ -148,6 +148,25 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "iid") -> float:
             in_h[candidates[m - 1]] = True
         best = min(best, _cut_value(p, q, in_h, k, sampling))
     return float(best)
+
+
+def optimal_acceptance_rows(target_rows, draft_rows, ks, sampling: str = "iid") -> np.ndarray:
+    """`optimal_acceptance` at every matched context: ``[M, len(ks)]`` for [M, V] target and draft rows
+    (e.g. `experiments.matched_rows`); compare with a verifier's first-level acceptance at the same rows."""
+    target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
+    if target_rows.ndim != 2 or target_rows.shape != draft_rows.shape:
+        raise ValueError(f"target_rows and draft_rows must be matched [M, V] tensors, got "
+                         f"{tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    ks = list(ks)
+    if not ks:
+        raise ValueError("ks must name at least one number of drafts")
+    out = np.zeros((target_rows.shape[0], len(ks)))
+    for m in range(target_rows.shape[0]):
+        p, q = target_rows[m].double(), draft_rows[m].double()
+        p, q = p / p.sum(), q / q.sum()
+        for j, k in enumerate(ks):
+            out[m, j] = optimal_acceptance(p, q, k, sampling)
+    return out
 
 
 def exhaustive_acceptance(p, q, num_drafts: int, sampling: str = "iid") -> float:

@@ -40,6 +40,7 @@ PAPERS = {
     "erss": "Kobus & Gunduz: Exponential Races (ERSS)",
     "block": "Sun et al.: Block Verification (ICLR'25)",
     "sequoia": "Chen et al.: Sequoia",
+    "optimal": "Hu et al.: Towards Optimal Multi-Draft SD (ICLR'25)",
     "cross": "Cross-paper (this workbook)",
     "distill": "Offline draft (this workbook)",
 }

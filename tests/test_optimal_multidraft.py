@@ -112,3 +112,16 @@ def test_full_vocabulary_is_fast_and_exact_against_small_slices():
 def test_bad_input_names_the_argument(args, match):
     with pytest.raises(ValueError, match=match):
         optimal_acceptance(*args)
+
+
+def test_rows_version_matches_row_by_row():
+    from specdec_lib.optimal_multidraft import optimal_acceptance_rows
+
+    pairs = [_pair(6, s) for s in range(3)]
+    P = torch.tensor(np.stack([a for a, _ in pairs]))
+    Q = torch.tensor(np.stack([b for _, b in pairs]))
+    table = optimal_acceptance_rows(P, Q, [1, 2], "without_replacement")
+    assert table.shape == (3, 2)
+    assert table[1, 1] == pytest.approx(optimal_acceptance(pairs[1][0], pairs[1][1], 2, "without_replacement"))
+    with pytest.raises(ValueError, match="matched"):
+        optimal_acceptance_rows(P, Q[:2], [1])
