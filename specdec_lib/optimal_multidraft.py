@@ -114,6 +114,27 @@ def _outside_sums(values: np.ndarray, candidates: np.ndarray, rest: np.ndarray) 
     return np.concatenate([np.cumsum(values[candidates][::-1])[::-1], [0.0]]) + values[rest].sum()
 
 
+def _without_replacement_pair_scan(p: np.ndarray, q: np.ndarray, candidates: np.ndarray, rest: np.ndarray) -> float:
+    """The prefix scan for two drafts without replacement in O(V). With O the tokens outside H,
+
+        P(avoid H) = sum_{x in O} q(x) (q(O) - q(x)) / (1 - q(x)),
+
+    summed by suffix sums. 1 - q(x) is only formed for tokens other than the most likely one (there it is
+    >= 1/2); the most likely token's term uses the sum of the other tokens instead, which stays accurate
+    when the draft row is peaked (1 - q_max near 1e-14 at low temperature would lose every digit)."""
+    top = int(np.argmax(q))
+    q_rest = q.copy()
+    q_rest[top] = 0.0
+    w = q_rest / (1.0 - q_rest)
+    top_only = np.zeros_like(q)
+    top_only[top] = 1.0
+    q_out_rest, s1, s2, top_out = (_outside_sums(v, candidates, rest) for v in (q_rest, w, q_rest * w, top_only))
+    q_out = q_out_rest + q[top] * top_out
+    avoid = q_out * s1 - s2 + top_out * q[top] * q_out_rest / q_rest.sum()
+    p_in = np.concatenate([[0.0], np.cumsum(p[candidates])])
+    return float(min(((1.0 - p_in) + 1.0 - avoid).min(), 1.0))
+
+
 def _cut_value(p: np.ndarray, q: np.ndarray, in_h: np.ndarray, k: int, sampling: str) -> float:
     return float(p[~in_h].sum()) + 1.0 - _avoid_probability(q, ~in_h, k, sampling)
 
@@ -134,13 +155,8 @@ def optimal_acceptance(p, q, num_drafts: int, sampling: str = "iid") -> float:
         q_in = np.concatenate([[0.0], np.cumsum(q[candidates])])
         values = (1.0 - p_in) + 1.0 - np.clip(1.0 - q_in, 0.0, 1.0) ** k
         return float(min(values.min(), 1.0))
-    if k == 2:  # P(avoid H) = Q_O * sum_O q/(1-q) - sum_O q^2/(1-q), O = outside H: suffix sums, O(V)
-        rest = order[~keep]
-        w = q / np.where(q < 1.0, 1.0 - q, 1.0)
-        q_out, s1, s2 = (_outside_sums(v, candidates, rest) for v in (q, w, q * w))
-        p_in = np.concatenate([[0.0], np.cumsum(p[candidates])])
-        values = (1.0 - p_in) + 1.0 - (q_out * s1 - s2)
-        return float(min(values.min(), 1.0))
+    if k == 2:
+        return _without_replacement_pair_scan(p, q, candidates, order[~keep])
     best = 1.0
     in_h = np.zeros(p.shape[0], dtype=bool)
     for m in range(candidates.shape[0] + 1):

@@ -125,3 +125,23 @@ def test_rows_version_matches_row_by_row():
     assert table[1, 1] == pytest.approx(optimal_acceptance(pairs[1][0], pairs[1][1], 2, "without_replacement"))
     with pytest.raises(ValueError, match="matched"):
         optimal_acceptance_rows(P, Q[:2], [1])
+
+
+def test_peaked_draft_rows_keep_without_replacement_above_iid():
+    """Low temperature: the draft row's top token has 1 - q ~ 1e-14; the scan must not lose its digits
+    (found on the real pair at T = 0.2: -3.9e-3 before the stable form)."""
+    rng = np.random.default_rng(7)
+    for vocab in (6, 49152):
+        for eps in (1e-6, 1e-10, 1e-14):
+            q = np.zeros(vocab)
+            q[:5] = [1.0, eps / 2, eps / 4, eps / 8, eps / 8]
+            q /= q.sum()
+            p = rng.dirichlet(np.full(vocab, 0.3)) if eps > 1e-9 else q.copy()
+            if eps <= 1e-9:  # low temperature: the target agrees on the top token, differs in the tail
+                p[1:5] = p[1:5][::-1]
+                p[5:] = rng.dirichlet(np.full(vocab - 5, 0.3)) * 1e-13
+                p /= p.sum()
+            iid, wr = optimal_acceptance(p, q, 2, "iid"), optimal_acceptance(p, q, 2, "without_replacement")
+            assert wr >= iid - 1e-12, (vocab, eps, wr - iid)
+            if vocab == 6:
+                assert wr == pytest.approx(exhaustive_acceptance(p, q, 2, "without_replacement"), abs=1e-9)
