@@ -8,8 +8,9 @@ path of one of these forms:
   ``notebooks/....ipynb``, ``data/...`` (file or folder);
 * ``specs/<paper>.md``: the digests now live in ``docs/methods/<paper>.md``, so these always count as
   missing until rewritten;
-* ``ARCHITECTURE.md`` (bare, or with a ``../`` prefix pointing outside the repository): only
-  ``docs/ARCHITECTURE.md`` exists;
+* ``ARCHITECTURE.md``: only ``docs/ARCHITECTURE.md`` exists, so a bare one is missing; one written as a
+  relative link (``./`` or ``../``) is resolved from the citing file's folder and must stay inside the
+  repository (``../ARCHITECTURE.md`` in ``docs/methods/`` is fine, ``../shared/ARCHITECTURE.md`` is not);
 * ``tests/<file>.py::<name>``: the file must exist and define ``<name>`` (a function or class).
 
 Not references (kept out on purpose): URLs and anything else preceded by ``/`` or a word character
@@ -122,10 +123,14 @@ def _check_line(source: str, number: int, text: str) -> list[Reference]:
         path = match.group(1)
         if path == "docs/ARCHITECTURE.md":
             continue
-        why = ("outside the repository" if path.startswith("../")
-               else "only docs/ARCHITECTURE.md exists" if not _exists(path) else None)
-        if why:
-            found.append(Reference(source, number, path, why))
+        if path.startswith(("./", "../")):   # a relative link: resolve it from the citing file's folder
+            target = (ROOT / source).parent.joinpath(path).resolve()
+            if ROOT not in target.parents:
+                found.append(Reference(source, number, path, "outside the repository"))
+            elif not target.exists():
+                found.append(Reference(source, number, path, "no such path"))
+        elif not _exists(path):
+            found.append(Reference(source, number, path, "only docs/ARCHITECTURE.md exists"))
     for match in _TESTNAME.finditer(text):
         test_file, name = match.groups()
         if _exists(test_file) and not _defines(test_file, name):
@@ -159,6 +164,8 @@ def test_checker_flags_and_ignores_the_right_things():
                        "../shared/ARCHITECTURE.md", "tests/test_references.py::test_no_such_name"]
     clean = ("https://github.com/o/r/blob/main/tests/missing.py ~/.cache/x/data/missing.json "
              "<run_dir>/data/progress.json data/shard_*.safetensors data/models/<name> specs/*.md "
-             "docs/ARCHITECTURE.md, tests/test_references.py::missing_references, data/results/custom/, "
+             "docs/ARCHITECTURE.md, tests/test_references.py::missing_references, "
+             "data/results/custom/, "
              "notebooks/00-06 and specdec_lib/tree.py.")
     assert _check_line("x", 1, clean) == []
+    assert _check_line("docs/methods/x.md", 1, "[layout](../ARCHITECTURE.md)") == []
