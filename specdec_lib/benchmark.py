@@ -86,7 +86,7 @@ def default_output_path(host: str | None = None) -> Path:
 def measure_acceptance_vector(target, draft, prompts: Sequence[Prompt], temperature: float = 1.0,
                               top_p: float = 1.0, max_children: int = 8, tokens_per_prompt: int = 32,
                               seed: int = 0) -> list[float]:
-    """Sequoia's positional acceptance vector p_1..p_K (specs/sequoia.md §2.1) on target-sampled
+    """Sequoia's positional acceptance vector p_1..p_K (docs/methods/sequoia.md §2.1) on target-sampled
     continuations of ``prompts``: target / draft rows at every generated position, then
     `theory.positional_acceptance` with sampling without replacement (Monte Carlo over rejected draws)."""
     from .theory import positional_acceptance

@@ -8,13 +8,13 @@ forward per level) and draws each node's children from its draft row:
 * ``iid``: i.i.d. draws with replacement (SpecInfer, naive sampling); duplicate siblings may occur.
 * ``without_replacement``: an ordered sample without replacement (Sequoia, GSS): successive draws
   from ``q`` restricted to the tokens not drawn yet. This has the law of Gumbel-top-k / exponential
-  sort (specs/sequoia.md §2.5, which ``race`` below literally is) but needs one uniform per child
+  sort (docs/methods/sequoia.md §2.5, which ``race`` below literally is) but needs one uniform per child
   instead of V random numbers per node (inverse CDF on the cumulative sums, skipping the drawn
   tokens' mass). When a node has more children than the draft has support, the remaining children
   are uniform without replacement over the tokens not drawn yet (Sequoia's fallback;
   `verifiers.token_level` and `verifiers.traversal` verify with the same rule).
 * ``topk``: the k most probable draft tokens, ties to the lower token id (deterministic).
-* ``race``: ERSS (specs/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
+* ``race``: ERSS (docs/methods/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
   children = ``argsort(e / q)[:k]`` (Gumbel-top-k); the times are stored in ``DraftTree.race`` for
   the verifier. A race cannot draft a token of draft probability 0, so more children than the
   draft's support is an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh

@@ -1,7 +1,7 @@
 """Logits -> the distributions that are actually sampled from (temperature, top-p).
 
 One convention for every method in the workbook (autoregressive sampling, every verifier, every
-drafter), taken from Sequoia's code (specs/sequoia.md §2.0):
+drafter), taken from Sequoia's code (docs/methods/sequoia.md §2.0):
 
 * temperature ``T > 0``: ``softmax(logits / T)``; ``T = 0``: a one-hot vector on the argmax (greedy
   decoding; ties go to the lowest token id);

@@ -1,7 +1,7 @@
 """What exactly "Tra.V and Tok.V have the same P(tau >= 1)" says, and exact per-context quantities.
 
 The identity (Traversal Verification, Lemma A.2 and the "same starting line" remark of §3.3;
-specs/traversal.md §3.4 P3) is an identity IN EXPECTATION OVER THE DRAFTING OF THE SUBTREES, not per
+docs/methods/traversal.md §3.4 P3) is an identity IN EXPECTATION OVER THE DRAFTING OF THE SUBTREES, not per
 drafted tree (the spec's P5: per tree the two differ, by up to ~0.9 in P(tau >= 1) on the real pair).
 Precisely:
 

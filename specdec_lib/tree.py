@@ -1,4 +1,4 @@
-"""Draft trees: the one data structure every verifier reads (see ARCHITECTURE.md, "Public contract").
+"""Draft trees: the one data structure every verifier reads (see docs/ARCHITECTURE.md, "Public contract").
 
 A `DraftTree` holds N drafted nodes plus the root (node 0, the last fixed token of the prefix):
 
@@ -10,7 +10,7 @@ A `DraftTree` holds N drafted nodes plus the root (node 0, the last fixed token 
 * ``sampling``         how children were drawn: ``"iid"`` (SpecInfer / naive), ``"without_replacement"``
                        (Sequoia, GSS), ``"topk"`` (deterministic top-k of the draft) or ``"race"`` (ERSS),
 * ``race``             for ``"race"``: the Exp(1) arrival times ``[N+1, V]`` of each node's race, shared by
-                       draft and target (ERSS Algorithm 5 as corrected in specs/erss.md §2.6).
+                       draft and target (ERSS Algorithm 5 as corrected in docs/methods/erss.md §2.6).
 
 Rows are the distributions actually sampled from, after temperature / top-p processing. A leaf's
 draft row is never read by any verifier; it may be a distribution or all zeros ("not computed").
@@ -227,7 +227,7 @@ def chain_parents(length: int) -> list[int]:
 # All builders below return parent lists in *level order* (every node of depth d comes before every
 # node of depth d+1; the children of a node are consecutive and in sampling order), which is what
 # `drafting.draw_tree` needs to draft one level per draft call. "depth" arguments count the root
-# level (Sequoia's convention, ARCHITECTURE.md); "length" arguments count drafted tokens per sequence.
+# level (Sequoia's convention, docs/ARCHITECTURE.md); "length" arguments count drafted tokens per sequence.
 
 def _require_int(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or int(value) != value or int(value) < minimum:
@@ -276,7 +276,7 @@ def binary(depth: int) -> list[int]:
 
 
 def erss_specinfer(k: int) -> list[int]:
-    """ERSS's "SpecInfer tree" with k drafted tokens (specs/erss.md §2.4): a shared chain of two
+    """ERSS's "SpecInfer tree" with k drafted tokens (docs/methods/erss.md §2.4): a shared chain of two
     tokens, then three branches below it grown round-robin; it equals a chain for k <= 3."""
     k = _require_int("k", k, 0)
     parents = [-1, 0, 1][: k + 1]
@@ -286,7 +286,7 @@ def erss_specinfer(k: int) -> list[int]:
 
 
 # EAGLE-1's sparse tree (Spec-Bench `mc_sim_7b_63`, 25 drafted tokens, depth 5 below the root), as
-# listed in specs/traversal.md §2.7: entry [a, b, ...] is the b-th child of the a-th root child ...
+# listed in docs/methods/traversal.md §2.7: entry [a, b, ...] is the b-th child of the a-th root child ...
 _EAGLE_CHOICES = (
     (0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
     (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),

@@ -764,7 +764,7 @@ def rule_for(claim_text: str, notebook: str | None = None) -> str:
 
 TIES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("traversal", "block", "chains"): (
-        "Traversal Verification Thm 3.4 (and specs/traversal.md §2.6): on a chain, traversal's rates rho_i and "
+        "Traversal Verification Thm 3.4 (and docs/methods/traversal.md §2.6): on a chain, traversal's rates rho_i and "
         "h_i = S_i / (S_i + 1 - rho_i) are Block Verification's, and its backward scan stops at the last "
         "success of the same coins, so the output law given EVERY chain is identical (stronger than the "
         "paper's equal E[N])",

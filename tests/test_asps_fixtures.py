@@ -1,4 +1,4 @@
-"""ASpS (Hu & Huang, ICML'24) toy numbers and lemmas as tests: specs/asps.md §2.4 and §3.
+"""ASpS (Hu & Huang, ICML'24) toy numbers and lemmas as tests: docs/methods/asps.md §2.4 and §3.
 
 SpS is the `token` verifier on chains. Exact fractions are compared with float64 results (atol 1e-12).
 """
@@ -95,7 +95,7 @@ TABLE23_JOINT = {  # draft -> output -> probability (Table 2 = SpS, Table 3 = AS
 
 def _outputs(law, tokens):
     """{output without EOS: conditional probability} of one drafted chain (float64 rounding leaves
-    cells of ~1e-17 where the rationals give 0, specs/asps.md T1, so those are left out)."""
+    cells of ~1e-17 where the rationals give 0, docs/methods/asps.md T1, so those are left out)."""
     out = {}
     for j in range(len(tokens) + 1):
         for y, p in enumerate(law[j].tolist()):
@@ -224,7 +224,7 @@ def test_fixture_b_per_draft_matrices(draft):
 # ----- §3 recipes: reference implementation, lemmas, theorem ------------------------------------------
 
 def reference_pn(q, p, x, method):
-    """specs/asps.md §2.3.5 in exact rationals (q, p: L rows of Fractions, x: L tokens)."""
+    """docs/methods/asps.md §2.3.5 in exact rationals (q, p: L rows of Fractions, x: L tokens)."""
     L, V = len(q), len(q[0])
     pn = [[F(0)] * V for _ in range(L)]
     d = F(1)

@@ -1,4 +1,4 @@
-"""Block Verification (Sun et al., ICLR'25) toy numbers as tests: specs/block.md §3.3-3.5.
+"""Block Verification (Sun et al., ICLR'25) toy numbers as tests: docs/methods/block.md §3.3-3.5.
 
 Exact fractions are compared with the float64 results of the enumeration harness (atol 1e-12).
 """
@@ -114,7 +114,7 @@ def _first_two(law):
 
 def test_toy_appendix_a_sketch_without_final_step_is_lossy():
     """The printed sketch never runs i = gamma: law of the first two tokens [0, 0, 2/9, 7/9] instead
-    of [1/9, 2/9, 2/9, 4/9], and E[tau] = 1/3 instead of 11/9 (specs/block.md §2.2)."""
+    of [1/9, 2/9, 2/9, 4/9], and E[tau] = 1/3 instead of 11/9 (docs/methods/block.md §2.2)."""
     def broken_law(tree, state=None):
         P, Q, x = block_mod.chain_inputs(tree)
         h, W = block_mod.tau_law(P, Q, block_mod.log_block_weights(P, Q, x))

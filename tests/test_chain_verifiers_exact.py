@@ -153,7 +153,7 @@ def test_broken_variants_fail_exact_law(name):
 
 
 def test_greedy_block_single_step_is_not_lossless():
-    """Used alone (the output continued by the unmodified target) Alg. 4 is lossy (specs/block.md §2.4)."""
+    """Used alone (the output continued by the unmodified target) Alg. 4 is lossy (docs/methods/block.md §2.4)."""
     target, draft = pair(*CONTROL_MODEL)
     want = exact.target_law(target, PREFIX, 4)
     assert exact.max_abs_diff(_law("greedy_block", target, draft, 3, False), want) > 1e-3

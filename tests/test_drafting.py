@@ -1,5 +1,5 @@
 """`drafting.draw_tree` / `draw_children`: the law of each sampling mode, one draft call per level,
-seeded reproducibility and clear errors (specs/sequoia.md §2.5 / §3.1, specs/erss.md §2.6)."""
+seeded reproducibility and clear errors (docs/methods/sequoia.md §2.5 / §3.1, docs/methods/erss.md §2.6)."""
 
 from collections import Counter
 

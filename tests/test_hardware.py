@@ -1,4 +1,4 @@
-"""Tests of specdec_lib.hardware: the optimizer's golden numbers (specs/sequoia.md §3.4), the chain optimizer,
+"""Tests of specdec_lib.hardware: the optimizer's golden numbers (docs/methods/sequoia.md §3.4), the chain optimizer,
 the published model shapes, the profile JSON round trip and a tiny profiling run (no timing assertions)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_optimizer_golden_demo_config():
 
 
 def test_optimizer_synthetic_hardware():
-    """specs/sequoia.md §3.4: t(n) = 1 + max(0, n-32)/64, c = 0.05, depth <= 16 -> (32, 5), 2.6438."""
+    """docs/methods/sequoia.md §3.4: t(n) = 1 + max(0, n-32)/64, c = 0.05, depth <= 16 -> (32, 5), 2.6438."""
     profile = {n: 1 + max(0, n - 32) / 64 for n in range(1, 257)}
     plan = H.optimize_tree(REPO, profile, 0.05, max_size=256, max_depth=16)
     assert (plan.size, plan.depth) == (32, 5)
@@ -75,7 +75,7 @@ def test_optimizer_accepts_profiles_and_checks_input():
 
 def test_chain_optimizer():
     flat = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}
-    # Leviathan's numbers (specs/sequoia.md §3.7): alpha 0.8, gamma 4, c 0.05 -> 3.3616 tokens, 2.80133x
+    # Leviathan's numbers (docs/methods/sequoia.md §3.7): alpha 0.8, gamma 4, c 0.05 -> 3.3616 tokens, 2.80133x
     plan = H.optimize_chain(0.8, flat, 0.05, "token", max_length=4)
     assert plan.gamma == 4 and plan.expected_tokens == pytest.approx(3.3616)
     assert plan.speedup == pytest.approx(2.80133, abs=1e-5) and plan.interpolated

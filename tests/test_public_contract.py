@@ -1,4 +1,4 @@
-"""The public contract code block of ARCHITECTURE.md runs as written, with ``HF_HUB_OFFLINE=1``.
+"""The public contract code block of docs/ARCHITECTURE.md runs as written, with ``HF_HUB_OFFLINE=1``.
 
 huggingface_hub reads ``HF_HUB_OFFLINE`` when it is imported, so setting it inside an already running
 test process proves little: the contract runs in a fresh interpreter with the variable set (issue 4:

@@ -1,4 +1,4 @@
-"""Tests of specdec_lib.theory against the golden numbers of specs/sequoia.md and specs/erss.md and
+"""Tests of specdec_lib.theory against the golden numbers of docs/methods/sequoia.md and docs/methods/erss.md and
 against brute force (every small ordered tree, exact enumeration, Monte Carlo)."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_positional_value_matches_recursive_value_on_all_trees():
 
 
 # ----------------------------------------------------------------------------------------------------
-# Sequoia golden values (specs/sequoia.md §3.4)
+# Sequoia golden values (docs/methods/sequoia.md §3.4)
 # ----------------------------------------------------------------------------------------------------
 
 def test_golden_c_vector_a():
@@ -355,7 +355,7 @@ def test_dp_input_errors():
 
 
 # ----------------------------------------------------------------------------------------------------
-# ERSS tau* and bounds (specs/erss.md §2.7, §3.7)
+# ERSS tau* and bounds (docs/methods/erss.md §2.7, §3.7)
 # ----------------------------------------------------------------------------------------------------
 
 T1 = [0.6, 0.25, 0.1, 0.05]
@@ -500,7 +500,7 @@ def test_t7_llm_like_bounds():
 
 
 # ----------------------------------------------------------------------------------------------------
-# measuring acceptance from rows (specs/sequoia.md §3.2, specs/erss.md §3.6-3.7)
+# measuring acceptance from rows (docs/methods/sequoia.md §3.2, docs/methods/erss.md §3.6-3.7)
 # ----------------------------------------------------------------------------------------------------
 
 def t64(x):

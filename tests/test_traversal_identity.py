@@ -1,4 +1,4 @@
-"""Traversal Verification's "same P(tau >= 1) as token-level" (specs/traversal.md §3.4 P3), pinned exactly:
+"""Traversal Verification's "same P(tau >= 1) as token-level" (docs/methods/traversal.md §3.4 P3), pinned exactly:
 the identity holds given the root's children, averaged over the drafting below level 1 (Lemma A.2), at
 every context, with i.i.d. or without-replacement siblings, a sub-vocabulary draft and top-p on the
 target; it does not hold per drafted tree; it breaks when the children are not drawn from the rows
@@ -77,7 +77,7 @@ def _grouped(trees, level: int):
 # ----- closed forms ---------------------------------------------------------------------------------
 
 def test_first_level_closed_forms_match_the_spec_toys():
-    # specs/traversal.md T2 / T5: two children, P_b = [.3, .4, .3], P_s = [.6, .3, .1]
+    # docs/methods/traversal.md T2 / T5: two children, P_b = [.3, .4, .3], P_s = [.6, .3, .1]
     p, q = [.3, .4, .3], [.6, .3, .1]
     assert TI.first_level_acceptance_iid(p, q, 1) == pytest.approx(0.7, abs=EXACT)
     assert TI.first_level_acceptance_iid(p, q, 2) == pytest.approx(float(F(41, 50)), abs=EXACT)

@@ -1,9 +1,9 @@
 """Every toy number of the specs about tree verification and drafting, as unit tests.
 
-* specs/sequoia.md §3.1-3.2: per-position acceptance p_j of Sequoia (token-level RRS without
+* docs/methods/sequoia.md §3.1-3.2: per-position acceptance p_j of Sequoia (token-level RRS without
   replacement), SpecInfer (RRS with replacement), top-k and naive sampling (`match`), and SpecTr.
-* specs/traversal.md §2.2, §3.3 (T1-T7), §3.4 P5, §2.8 #7 and Figure 2's traversal order.
-* specs/erss.md §3.7 T4-T6 (the verification / drafting cases). T1-T3 and T7 are about the tau* tree
+* docs/methods/traversal.md §2.2, §3.3 (T1-T7), §3.4 P5, §2.8 #7 and Figure 2's traversal order.
+* docs/methods/erss.md §3.7 T4-T6 (the verification / drafting cases). T1-T3 and T7 are about the tau* tree
   and the speed-up bounds: they belong to theory/ (H3) and are not repeated here.
 
 Exact values are compared in float64 within 1e-12 (1e-6 or the printed digits where the spec prints

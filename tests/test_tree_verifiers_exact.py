@@ -5,7 +5,7 @@ For every verifier and every sampling mode it accepts, on several tree shapes an
 one step (enumerating every drafted tree with its probability, continuing the step's output with the
 target) equals the target's law within 1e-9. Each verifier also has a deliberately broken variant that
 must fail the same check, the samplers are chi-square tested against the exact laws, and the averaged
-relations of specs/traversal.md §3.4 are checked (traversal >= token, equal P(tau >= 1), without
+relations of docs/methods/traversal.md §3.4 are checked (traversal >= token, equal P(tau >= 1), without
 replacement >= with replacement). ERSS trees carry continuous races, so ERSS is tested by Monte Carlo
 over races with a chi-square test.
 """
@@ -292,7 +292,7 @@ def test_erss_law_is_the_sampled_walk():
             assert float(law[end, v.token]) == 1.0
 
 
-# ----- relations averaged over drafted trees (specs/traversal.md §3.4 P3/P4, Sequoia) ------------
+# ----- relations averaged over drafted trees (docs/methods/traversal.md §3.4 P3/P4, Sequoia) ------------
 def _tau(verifier, shape, sampling, seed):
     out = defaultdict(float)
     for pd, tree in drafts(shape, sampling, seed):

@@ -253,7 +253,7 @@ def test_every_tie_names_an_existing_test():
 
 
 def _block_law_rational(q, p, x):
-    """Block Verification (Sun et al. Alg. 2; specs/traversal.md §2.6(b, c)) in exact rationals:
+    """Block Verification (Sun et al. Alg. 2; docs/methods/traversal.md §2.6(b, c)) in exact rationals:
     law[i][y] = P(tau = i, extra token y) on the chain x (q: L draft rows, p: L + 1 target rows)."""
     L, vocab = len(x), len(p[0])
     rho = [F(1)]

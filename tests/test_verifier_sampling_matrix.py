@@ -1,6 +1,6 @@
 """Every verifier x sampling mode pair is either rejected by the verifier's ``check`` (ValueError) or
 proven lossless by a test (issue 3: "exact losslessness for every verifier x every sampling mode it
-accepts"; ARCHITECTURE.md: "a verifier given a tree it cannot handle raises a ValueError").
+accepts"; docs/ARCHITECTURE.md: "a verifier given a tree it cannot handle raises a ValueError").
 
 `ACCEPTED` is the table of pairs each verifier accepts, on a chain and on a branching tree; `PROOF`
 names the test that proves each accepted pair lossless. A verifier that starts accepting a new pair

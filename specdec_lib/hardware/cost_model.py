@@ -61,7 +61,7 @@ def normalised_times(target_profile) -> dict[int, float]:
 
 # ----- the optimizers --------------------------------------------------------------------------------
 
-#: Sequoia's ``demo-config.json`` (specs/sequoia.md §3.4): target times for sizes 1..32 and the draft time,
+#: Sequoia's ``demo-config.json`` (docs/methods/sequoia.md §3.4): target times for sizes 1..32 and the draft time,
 #: in the same (arbitrary) unit. With the REPO acceptance vector and depth <= 10 the optimum is (4, 4).
 SEQUOIA_DEMO_PROFILE = {1: 10.0, 2: 10.0, 4: 10.0, 8: 12.0, 16: 14.0, 32: 18.0}
 SEQUOIA_DEMO_DRAFT_COST = 0.3
@@ -94,7 +94,7 @@ def _draft_cost(draft_cost) -> float:
 
 def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, max_depth: int,
                   step_overhead: float = 0.0) -> TreePlan:
-    """Sequoia's hardware-aware optimizer (Sec. 3.3, Eq. 1; specs/sequoia.md §2.11).
+    """Sequoia's hardware-aware optimizer (Sec. 3.3, Eq. 1; docs/methods/sequoia.md §2.11).
 
     Maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes n <= ``max_size`` and depths
     d <= ``max_depth`` (root level counted: one draft pass per level), where G(n, d) is the bounded-depth
@@ -105,7 +105,7 @@ def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, 
     {size: time}; it must contain size 1. ``draft_cost``: the draft's time per level in the same unit as
     the target times (seconds for a profile), or the draft's profile dict (its size-1 median).
     ``step_overhead`` (same unit, default 0) adds a per-step cost the paper does not model (sampling,
-    residuals, masks; specs/sequoia.md §2.11). Ties keep the smaller size, then the smaller depth.
+    residuals, masks; docs/methods/sequoia.md §2.11). Ties keep the smaller size, then the smaller depth.
     """
     times = _times(target_profile)
     if 1 not in times:
@@ -175,7 +175,7 @@ def optimize_chain(acceptance_profile, target_profile, draft_cost, verifier: str
 
     Speedup(gamma) = E[tokens | gamma] / ((t(gamma + 1) + (gamma + extra_draft_passes) c + overhead) / t(1)):
     the target scores the root plus gamma drafts in one pass, the draft runs gamma one-token passes
-    (Leviathan et al.'s accounting, specs/sequoia.md §2.10; ``extra_draft_passes=1`` charges Sequoia's
+    (Leviathan et al.'s accounting, docs/methods/sequoia.md §2.10; ``extra_draft_passes=1`` charges Sequoia's
     d = gamma + 1 passes instead, as :func:`optimize_tree` does).
 
     ``acceptance_profile`` says how many tokens a step emits, bonus / correction token included:

@@ -1,7 +1,7 @@
 """Forward-time profiles t(n): measuring them, the shapes they are measured for, their JSON files.
 
 * :func:`profile` times a causal LM scoring n new tokens on top of a prefix KV cache in one forward with a
-  tree attention mask (ARCHITECTURE.md "Known facts": a float mask [1, 1, n, L + n], 0 where a node may
+  tree attention mask (docs/ARCHITECTURE.md "Known facts": a float mask [1, 1, n, L + n], 0 where a node may
   attend and -inf elsewhere, ``position_ids = L + depth`` and the prefix's ``past_key_values``). Warm-up
   runs, device synchronisation, medians. The same function gives the draft's cost per tree level (a
   one-token forward, ``sizes=[1]``).
@@ -193,7 +193,7 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
     For each n in ``sizes``: one forward over n random tokens with a float tree-attention mask
     [1, 1, n, prefix_len + n] (a chain; only the mask's shape matters for timing), ``position_ids =
     prefix_len + depth`` and the prefix's ``past_key_values``, computing all n logit rows, as one
-    verification pass does (Sequoia Sec. 3.3.1 / App. specs/sequoia.md §5.4; the authors' profiler uses a
+    verification pass does (Sequoia Sec. 3.3.1 / App. docs/methods/sequoia.md §5.4; the authors' profiler uses a
     128-token prefix). The cache is cropped back to the prefix after every call. ``warmup`` untimed calls,
     then ``repeats`` timed ones, each bracketed by device synchronisation (``torch.cuda.synchronize`` on
     CUDA); the summary is the median. The draft's cost per tree level is ``profile(draft, [1])``.

@@ -4,15 +4,15 @@ Everything here is a pure float64 function of acceptance statistics; nothing run
 with the corrected pseudo-code and the golden numbers the tests check are ``shared/specs/sequoia.md``
 and ``shared/specs/erss.md``.
 
-Conventions (ARCHITECTURE.md, specs/sequoia.md §2.0)
+Conventions (docs/ARCHITECTURE.md, docs/methods/sequoia.md §2.0)
 ----------------------------------------------------
 * A tree is a parents list in the ``DraftTree`` convention: ``parents[0] == -1``, ``parents[i] < i`` and
   siblings ordered by index, so the k-th child (by index) of a node is its k-th drafted child.
 * Size and depth count the root: a chain of 8 drafted tokens has size 9 and depth 9.
 * ``acceptance_vector[k-1] = p_k`` is Sequoia's *positional acceptance*: the marginal probability that the
   k-th child of an accepted node is *the* accepted child (children 1..k-1 rejected, child k accepted), so
-  ``sum(p) <= 1`` (specs/sequoia.md §2.1, Defs 3.1-3.2). ERSS's 0th-order index distribution ``r(i)``
-  (specs/erss.md §3.2) is the same object: the probability that the i-th draft at a node is accepted.
+  ``sum(p) <= 1`` (docs/methods/sequoia.md §2.1, Defs 3.1-3.2). ERSS's 0th-order index distribution ``r(i)``
+  (docs/methods/erss.md §3.2) is the same object: the probability that the i-th draft at a node is accepted.
 * Expected tokens per step count the bonus / correction token (the root contributes 1).
 
 Modules

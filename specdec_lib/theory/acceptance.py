@@ -97,7 +97,7 @@ def _sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Ten
 
 def _without_replacement_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
                             generator: torch.Generator) -> torch.Tensor:
-    """Rao-Blackwellised Monte Carlo of Algorithm 1 (specs/sequoia.md §2.1 "static" measurement, improved).
+    """Rao-Blackwellised Monte Carlo of Algorithm 1 (docs/methods/sequoia.md §2.1 "static" measurement, improved).
 
     Per sample: the acceptance of child j is integrated exactly given the state (sum min(D, R)); only the
     rejected token is drawn, from its exact conditional law max(D - R, 0) / (1 - accept). Unbiased.
@@ -155,7 +155,7 @@ def _iid_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _topk_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k baseline (specs/sequoia.md §2.9): p_j = P(j-th most likely draft token); ties by token id."""
+    """Top-k baseline (docs/methods/sequoia.md §2.9): p_j = P(j-th most likely draft token); ties by token id."""
     order = torch.sort(q, dim=-1, descending=True, stable=True).indices[:, : min(k, q.shape[1])]
     out = torch.zeros(p.shape[0], k, dtype=torch.float64)
     out[:, : order.shape[1]] = torch.gather(p, 1, order)
@@ -163,7 +163,7 @@ def _topk_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _naive_exact(p: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
-    """Naive sampling (specs/sequoia.md §2.9): p_j = sum_y P(y) (1 - Q(y))^(j-1) Q(y)."""
+    """Naive sampling (docs/methods/sequoia.md §2.9): p_j = sum_y P(y) (1 - Q(y))^(j-1) Q(y)."""
     out = torch.zeros(p.shape[0], k, dtype=torch.float64)
     pq = p * q
     power = torch.ones_like(q)
@@ -208,7 +208,7 @@ def _race_exact_row(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
 
 def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
              generator: torch.Generator) -> torch.Tensor:
-    """Monte Carlo of the race index: rank of the P-winner among the Q arrivals (specs/erss.md §5.1)."""
+    """Monte Carlo of the race index: rank of the P-winner among the Q arrivals (docs/methods/erss.md §5.1)."""
     m, vocab = p.shape
     counts = torch.zeros(m, k, dtype=torch.float64)
     inf = torch.tensor(math.inf, dtype=torch.float64)
@@ -249,10 +249,10 @@ def positional_acceptance(target_rows, draft_rows, max_children: int, sampling: 
 
     ``target_rows`` and ``draft_rows`` are [M, V] (or [V]) distributions P(.|x_m) and Q(.|x_m) at M sampled
     contexts (after temperature / top-p), so the measurement is model independent. p_k is the probability
-    that the k-th child drawn at a node is THE accepted one (marginal, not conditional; specs/sequoia.md
+    that the k-th child drawn at a node is THE accepted one (marginal, not conditional; docs/methods/sequoia.md
     §2.1), averaged over rows; with ``per_row=True`` the [M, K] per-context values are returned instead.
     1 - sum(p) is the probability that none of the K children is accepted. The same numbers are ERSS's
-    0th-order index distribution r (specs/erss.md §3.2): "race" gives r_ERSS, "without_replacement" r_GSS.
+    0th-order index distribution r (docs/methods/erss.md §3.2): "race" gives r_ERSS, "without_replacement" r_GSS.
 
     ``sampling`` (see ``ACCEPTANCE_SCHEMES``):
 
@@ -321,7 +321,7 @@ def _per_row(row_fn):
 
 def erss_index_distribution(target_rows, draft_rows, max_index: int, coupling: str = "erss",
                             **kwargs) -> torch.Tensor:
-    """ERSS's 0th-order accepted-index distribution r(1..max_index) pooled over rows (specs/erss.md §3.2).
+    """ERSS's 0th-order accepted-index distribution r(1..max_index) pooled over rows (docs/methods/erss.md §3.2).
 
     ``coupling="erss"``: r(i) = Pr(the P-race winner is the i-th arrival of the Q race); ``"gss"``:
     Pr(recursive rejection sampling without replacement accepts draft i). 1 - sum(r) is the mass of

@@ -62,7 +62,7 @@ def _monotone_check(r: np.ndarray, mode: str, what: str) -> None:
     if mode == "ignore" or _is_non_increasing(r):
         return
     message = (f"r is not non-increasing in the index ({what}); Algorithm 3's greedy tree is then not "
-               "guaranteed optimal (specs/erss.md §2.7 and test T3: r=(.5,.1,.4), k=3 gives the chain, "
+               "guaranteed optimal (docs/methods/erss.md §2.7 and test T3: r=(.5,.1,.4), k=3 gives the chain, "
                "G=1.875, while batch(3) gives 2.0)")
     if mode == "raise":
         raise ValueError(message)

@@ -35,11 +35,11 @@ def expected_tokens_positional(parents, acceptance_vector) -> float:
 
 
 def chain_expected_tokens(alpha: float, gamma: int) -> float:
-    """Leviathan et al. Eq. 1 (specs/sequoia.md §2.10): E[tokens] = (1 - alpha^(gamma+1)) / (1 - alpha).
+    """Leviathan et al. Eq. 1 (docs/methods/sequoia.md §2.10): E[tokens] = (1 - alpha^(gamma+1)) / (1 - alpha).
 
     Expected tokens per step of a chain of ``gamma`` drafts with i.i.d. acceptance ``alpha`` (bonus token
     included). Equals a chain of gamma+1 nodes under the positional model with p_1 = alpha, and ERSS's
-    ``sequence(k)`` with r_1 = alpha (specs/erss.md §3.2).
+    ``sequence(k)`` with r_1 = alpha (docs/methods/erss.md §3.2).
     """
     alpha = float(alpha)
     gamma = _check_int(gamma, "gamma", 0)
@@ -51,7 +51,7 @@ def chain_expected_tokens(alpha: float, gamma: int) -> float:
 
 
 def chain_speedup(alpha: float, gamma: int, draft_cost: float) -> float:
-    """Leviathan et al. (specs/sequoia.md §2.10): speed-up = (1 - a^(g+1)) / ((1 - a)(g c + 1)).
+    """Leviathan et al. (docs/methods/sequoia.md §2.10): speed-up = (1 - a^(g+1)) / ((1 - a)(g c + 1)).
 
     ``draft_cost`` = c, one draft forward divided by one target forward; the target forward over gamma+1
     positions is assumed to cost the same as over one (t(n) = 1).
@@ -64,7 +64,7 @@ def chain_speedup(alpha: float, gamma: int, draft_cost: float) -> float:
 def k_sequences_expected_tokens(acceptance_vector, k: int, length: int) -> float:
     """k independent sequences of ``length`` drafts (SpecInfer k x L): F = 1 + P_k * sum_{i<L} p_1^i.
 
-    specs/sequoia.md §2.2. Size k*L + 1, depth L + 1.
+    docs/methods/sequoia.md §2.2. Size k*L + 1, depth L + 1.
     """
     p = _prob_vector(acceptance_vector)
     k = _check_int(k, "k", 0)
@@ -75,7 +75,7 @@ def k_sequences_expected_tokens(acceptance_vector, k: int, length: int) -> float
 
 
 def kary_expected_tokens(acceptance_vector, k: int, levels: int) -> float:
-    """Full k-ary tree with ``levels`` drafted levels: F = sum_{i=0}^{levels} P_k^i (specs/sequoia.md §2.2).
+    """Full k-ary tree with ``levels`` drafted levels: F = sum_{i=0}^{levels} P_k^i (docs/methods/sequoia.md §2.2).
 
     Size (k^(levels+1) - 1)/(k - 1) (levels + 1 for k = 1), depth levels + 1.
     """
@@ -89,7 +89,7 @@ def kary_expected_tokens(acceptance_vector, k: int, levels: int) -> float:
 def best_k_sequences(acceptance_vector, size: int) -> tuple[float, int, int]:
     """The best k x L tree (k independent sequences) with k*L + 1 <= size: (F, k, L).
 
-    Baseline column of specs/sequoia.md §3.4 ("best k x L"). Ties go to the smaller k.
+    Baseline column of docs/methods/sequoia.md §3.4 ("best k x L"). Ties go to the smaller k.
     """
     p = _prob_vector(acceptance_vector)
     size = _check_int(size, "size", 1)
@@ -105,7 +105,7 @@ def best_k_sequences(acceptance_vector, size: int) -> tuple[float, int, int]:
 def best_kary(acceptance_vector, size: int) -> tuple[float, int, int]:
     """The best full k-ary tree (k >= 1; k = 1 is the chain) with at most ``size`` nodes: (F, k, levels).
 
-    Baseline column of specs/sequoia.md §3.4 ("best full k-ary"); ``levels`` counts drafted levels.
+    Baseline column of docs/methods/sequoia.md §3.4 ("best full k-ary"); ``levels`` counts drafted levels.
     """
     p = _prob_vector(acceptance_vector)
     size = _check_int(size, "size", 1)
@@ -124,7 +124,7 @@ def best_kary(acceptance_vector, size: int) -> tuple[float, int, int]:
 
 
 def table1_bounds(acceptance_vector, k: int | None = None) -> dict[str, float]:
-    """Sequoia Table 1: limits of expected tokens per step as the tree size grows (specs/sequoia.md §3.5).
+    """Sequoia Table 1: limits of expected tokens per step as the tree size grows (docs/methods/sequoia.md §3.5).
 
     With P_k = sum_{i<=k} p_i:
 
@@ -154,7 +154,7 @@ def table1_bounds(acceptance_vector, k: int | None = None) -> dict[str, float]:
 
 
 #: Acceptance counts shipped in the Sequoia authors' repository (configuration unknown), k = 1..32, over 667
-#: steps; ``SEQUOIA_REPO_NONE`` steps accepted none of the 32 children. specs/sequoia.md §2.1 ("REPO").
+#: steps; ``SEQUOIA_REPO_NONE`` steps accepted none of the 32 children. docs/methods/sequoia.md §2.1 ("REPO").
 SEQUOIA_REPO_COUNTS = (423, 72, 38, 15, 13, 10, 3, 2, 8, 3, 5, 3, 4, 2, 1, 2,
                        1, 2, 0, 2, 2, 2, 0, 1, 0, 1, 0, 0, 0, 1, 1, 1)
 SEQUOIA_REPO_NONE = 49

@@ -27,7 +27,7 @@ def total_variation(p, q):
 
 
 def kl_divergence(p, q):
-    """D_KL(P || Q) in nats (inf where P puts mass outside Q's support); specs/erss.md eq. 6."""
+    """D_KL(P || Q) in nats (inf where P puts mass outside Q's support); docs/methods/erss.md eq. 6."""
     pp, qq, single = _pair(p, q)
     pos = pp > 0
     ratio = torch.where(pos, pp / qq.clamp_min(1e-300), torch.ones_like(pp))
@@ -45,7 +45,7 @@ def harmonic_mean_divergence(p, q):
 
 
 def erss_first_acceptance(p, q):
-    """Exact ERSS single-draft acceptance, specs/erss.md §3.6 [derived]: sum_y 1 / sum_x max(p_x/p_y, q_x/q_y).
+    """Exact ERSS single-draft acceptance, docs/methods/erss.md §3.6 [derived]: sum_y 1 / sum_x max(p_x/p_y, q_x/q_y).
 
     The sum runs over y with p_y, q_y > 0. Computed in O(V log V) per row: with rho = p/q,
     sum_x max(.) = P(rho >= rho_y)/p_y + Q(rho < rho_y)/q_y. Lemma C.1: D_HM <= this <= 1 - TV.

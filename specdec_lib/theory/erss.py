@@ -62,7 +62,7 @@ def tau_star_vertices(r, k: int, *, max_index: int | None = None,
 
 def tau_star_tree(r, k: int, *, max_index: int | None = None,
                   check_monotone: str = "warn") -> tuple[list[int], float, list[float]]:
-    """ERSS's optimal draft tree tau*_k (Algorithm 3, restated 1-based in specs/erss.md §2.7).
+    """ERSS's optimal draft tree tau*_k (Algorithm 3, restated 1-based in docs/methods/erss.md §2.7).
 
     A max-heap of candidate vertices keyed by R(j), seeded with (1,); k times: pop the best vertex, add it,
     push its first child j+(1,) and its next sibling j[:-1]+(j[-1]+1,) (if the index stays <= V). Returns
@@ -77,7 +77,7 @@ def tau_star_tree(r, k: int, *, max_index: int | None = None,
 
     Optimality needs r non-increasing in the index; ``check_monotone`` ("warn", "raise" or "ignore") says
     what to do otherwise (test T3). For non-increasing r, tau*_k equals Sequoia's unbounded DP optimum for
-    k+1 nodes with p = r (specs/erss.md §2.7).
+    k+1 nodes with p = r (docs/methods/erss.md §2.7).
     """
     vertices, gains = _tau_star(r, k, max_index, check_monotone)
     position = {j: i for i, j in enumerate(vertices)}
@@ -110,7 +110,7 @@ def batch_expected_tokens(r, k: int) -> float:
 
 
 def erss_specinfer_expected_tokens(r, branch_length: int) -> float:
-    """ERSS's SpecInfer tree with k = 2 + 3L drafts (specs/erss.md §2.4, §3.2).
+    """ERSS's SpecInfer tree with k = 2 + 3L drafts (docs/methods/erss.md §2.4, §3.2).
 
     A shared chain (1),(1,1), then three branches (1,1,b), each continued as a chain of L tokens:
     G = 1 + r1 + r1^2 + r1^2 (r1 + r2 + r3)(1 - r1^L)/(1 - r1).
@@ -123,7 +123,7 @@ def erss_specinfer_expected_tokens(r, branch_length: int) -> float:
 
 
 def index_entropy(r) -> float:
-    """H[R] in nats of an index distribution r (specs/erss.md eq. 3).
+    """H[R] in nats of an index distribution r (docs/methods/erss.md eq. 3).
 
     If r sums to less than 1 (a measured truncation r_1..r_K, or a draft whose support misses target
     tokens), the missing mass is counted as ONE extra symbol. Merging symbols can only lower the entropy,
@@ -172,7 +172,7 @@ def tunstall_bound(r, k, vocab_size: int | None = None, refined: bool = False):
 
 @dataclass(frozen=True)
 class Lemma43Result:
-    """One evaluation of ERSS Lemma 4.3 (specs/erss.md §3.4).
+    """One evaluation of ERSS Lemma 4.3 (docs/methods/erss.md §3.4).
 
     ``d`` largest child index used anywhere in tau*_k; ``p_res = 1 - sum_{i<=d} r_i``; ``entropy_res`` =
     H[R^res] of (r_1..r_d, p_res) in nats; ``m_min`` = ceil(p_res / min_{i<=d} r_i) (1 when unconstrained,
@@ -213,7 +213,7 @@ def _minimise_lemma43(d: int, k: int, entropy_res: float, p_res: float, m_min: i
 
 def lemma43_bound(r, k: int, m: int | None = None, *, constrained: bool = True,
                   check_monotone: str = "warn") -> Lemma43Result:
-    """ERSS Lemma 4.3, the bound for small k, computed as in specs/erss.md §3.4.
+    """ERSS Lemma 4.3, the bound for small k, computed as in docs/methods/erss.md §3.4.
 
     1. build tau*_k (Algorithm 3) and take d = the largest child index it uses anywhere;
     2. p_res = 1 - sum_{i<=d} r_i, H[R^res] = entropy of (r_1..r_d, p_res);
@@ -261,7 +261,7 @@ def lemma43_bound(r, k: int, m: int | None = None, *, constrained: bool = True,
 
 def lemma43_fixed_curve(r, ks, k_ref: int = 384, *, constrained: bool = True,
                         check_monotone: str = "warn") -> np.ndarray:
-    """The fixed-m curve of ERSS Fig. 3/4 (specs/erss.md §3.4 step 5).
+    """The fixed-m curve of ERSS Fig. 3/4 (docs/methods/erss.md §3.4 step 5).
 
     Freeze (d, m, p_res, H[R^res]) at the Lemma 4.3 optimum for k = ``k_ref`` (the paper's 384) and vary
     only k: B_fix(k) = [log(d_ref + m_ref) + log(k + 1)] / [H_ref + p_res,ref log m_ref]. Valid for

@@ -25,7 +25,7 @@ class SequoiaTable:
     * ``grid`` -> G[n, d] for n in 0..max_size, d in 0..max_depth (bounded tables only; row/col 0 unused).
 
     Ties are broken as the authors' code does (smallest split y, first argmax), but optimal shapes are not
-    unique: compare values, sizes and depths, never shapes (specs/sequoia.md §2.4).
+    unique: compare values, sizes and depths, never shapes (docs/methods/sequoia.md §2.4).
     """
 
     def __init__(self, acceptance_vector: np.ndarray, max_size: int, max_depth: int | None,
@@ -123,7 +123,7 @@ class SequoiaTable:
 def sequoia_table(acceptance_vector, max_size: int, max_depth: int | None = None) -> SequoiaTable:
     """Solve Sequoia's DP for every size n <= ``max_size`` (and depth d <= ``max_depth``).
 
-    Bounded depth (``max_depth`` given) is App. C.2.2, Algorithm 5 as restated in specs/sequoia.md §2.4 with
+    Bounded depth (``max_depth`` given) is App. C.2.2, Algorithm 5 as restated in docs/methods/sequoia.md §2.4 with
     the erratum fixed (Algorithm 4's feasibility is the finiteness of T):
 
         T[1][l][0] = 1, T[1][l][b>=1] = -inf                     (root alone)
@@ -132,7 +132,7 @@ def sequoia_table(acceptance_vector, max_size: int, max_depth: int | None = None
         G(n, d)    = max_b T[n][d][b],  best(s, l) = max_j T[s][l][j]
 
     where y = size of (root + first b-1 branches) and m - y = size of the b-th branch (child position b).
-    Unbounded depth (``max_depth=None``) is App. C.2.1 (specs/sequoia.md §2.3): the same recurrence without
+    Unbounded depth (``max_depth=None``) is App. C.2.1 (docs/methods/sequoia.md §2.3): the same recurrence without
     the level index, c(n) = max_b h[n][b]. Both are exact for any p (monotone or not) because occupied
     child positions are consecutive by construction. K = len(acceptance_vector) bounds the branching.
     Cost O(n^2 K d) (bounded) or O(n^2 K) (unbounded), vectorised over the split.
@@ -208,7 +208,7 @@ def _dp_bounded(p: np.ndarray, n_max: int, d_max: int, k_max: int):
 def sequoia_tree(acceptance_vector, size: int, depth: int | None = None) -> tuple[list[int], float]:
     """Sequoia's optimal tree of exactly ``size`` nodes and depth <= ``depth``: (parents, expected tokens).
 
-    Bounded-depth DP (App. C.2.2, Algorithms 4-5, erratum of Alg. 5 fixed, specs/sequoia.md §2.4, §2.12);
+    Bounded-depth DP (App. C.2.2, Algorithms 4-5, erratum of Alg. 5 fixed, docs/methods/sequoia.md §2.4, §2.12);
     ``depth=None`` means unbounded (App. C.2.1). Size and depth count the root; the k-th child of a node has
     acceptance p_k. The expected tokens equal ``expected_tokens_positional(parents, acceptance_vector)``.
     Raises ValueError when no tree of that size fits in that depth with K = len(acceptance_vector) children
@@ -228,7 +228,7 @@ def sequoia_tree(acceptance_vector, size: int, depth: int | None = None) -> tupl
 def power_law_acceptance(r1: float, b: float, num_positions: int) -> np.ndarray:
     """Positional vector of a power-law rejection r_k = r1 * k^(-b) (Def. 3.5; erratum 10: r1 < 1).
 
-    p_1 = 1 - r_1 and p_k = r_{k-1} - r_k, truncated at ``num_positions`` (specs/sequoia.md §3.6 uses
+    p_1 = 1 - r_1 and p_k = r_{k-1} - r_k, truncated at ``num_positions`` (docs/methods/sequoia.md §3.6 uses
     r1 = 0.4, b = 0.5, K = 64).
     """
     if not 0.0 < r1 <= 1.0:
@@ -246,7 +246,7 @@ def power_law_construction(n: int, b: float) -> tuple[int, int, float]:
 
     k = floor((ln n)^(1/b)), D = the largest number of drafted levels with (k^(D+1) - 1)/(k - 1) <= n, and
     G' = (1 - a^(D+1)) / (1 - a) with a = 1 - k^(-b) (the full k-ary tree's expected tokens).
-    specs/sequoia.md §3.6: b=1, n=1e4 -> (9, 4, 4.0056).
+    docs/methods/sequoia.md §3.6: b=1, n=1e4 -> (9, 4, 4.0056).
     """
     n = _check_int(n, "n", 3)
     if b <= 0:
@@ -267,5 +267,5 @@ def sequoia_growth_lower_bound(n: float, b: float) -> float:
 
 
 def growth_threshold(b: float) -> float:
-    """n_0 = exp((1 + exp(2^(b+1) / ln 1.9))^b) above which Thm C.3 holds (specs/sequoia.md §3.6)."""
+    """n_0 = exp((1 + exp(2^(b+1) / ln 1.9))^b) above which Thm C.3 holds (docs/methods/sequoia.md §3.6)."""
     return math.exp((1.0 + math.exp(2.0 ** (b + 1) / math.log(1.9))) ** b)

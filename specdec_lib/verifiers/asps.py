@@ -1,7 +1,7 @@
 """ASpS: accelerated speculative sampling based on Tree Monte Carlo (Hu & Huang, ICML'24,
-Algorithm 1 with the typos fixed; specs/asps.md §2.3.2), on chains only.
+Algorithm 1 with the typos fixed; docs/methods/asps.md §2.3.2), on chains only.
 
-Notation (specs/asps.md, 0-based rows here): drafts ``x_1..x_L``, draft rows ``Q[0..L-1]``,
+Notation (docs/methods/asps.md, 0-based rows here): drafts ``x_1..x_L``, draft rows ``Q[0..L-1]``,
 target rows ``P[0..L]``. ``PN[j, y]`` is the probability that the step accepts the first j drafts
 and emits ``y`` at position j+1. Algorithm 1 builds PN row by row; at step k (1-based):
 

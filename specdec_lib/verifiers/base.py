@@ -94,7 +94,7 @@ def uniform(generator: torch.Generator) -> float:
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Unnormalised residual max(p - q, 0) (Leviathan et al.; Block Verification Eq. 3 with the
     missing max restored in the denominator). Returns p itself where the residual has no mass
-    (a measure-zero event; specs/block.md §2.7)."""
+    (a measure-zero event; docs/methods/block.md §2.7)."""
     r = (p.to(torch.float64) - q.to(torch.float64)).clamp_min(0)
     return r if float(r.sum()) > 0.0 else p.to(torch.float64)
 

@@ -1,7 +1,7 @@
 """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR'25,
-Algorithm 2; specs/block.md §2.2), on chains.
+Algorithm 2; docs/methods/block.md §2.2), on chains.
 
-Notation (specs/block.md): the chain holds drafts ``x_1..x_g`` (g = gamma), draft rows
+Notation (docs/methods/block.md): the chain holds drafts ``x_1..x_g`` (g = gamma), draft rows
 ``Q[0..g-1]`` (``Q[i]`` is the distribution ``x_{i+1}`` was drawn from) and target rows ``P[0..g]``.
 With the likelihood ratios ``r_i = P[i-1][x_i] / Q[i-1][x_i]`` the weights are
 
@@ -20,7 +20,7 @@ residual ``max(p_tau P[tau] - Q[tau], 0)`` (Eq. 4; for tau = 0 the standard resi
 with no mass (a measure-zero event) falls back to ``P[tau]``, so no NaN is ever produced.
 
 Only the weights are computed sequentially in closed form; the appendix-A sketch of the paper is
-NOT ported (it misses the final step i = g and is not lossless, specs/block.md §2.2).
+NOT ported (it misses the final step i = g and is not lossless, docs/methods/block.md §2.2).
 
 The samplers work on the rows as stored (float32 model rows stay float32: one ``[g, V]`` residual
 pass, the weights and ``h`` in float64, the token drawn by inverting its CDF); the exact laws upcast

@@ -1,5 +1,5 @@
 """``erss``: exponential-race verification (Kobus & Gündüz, ERSS, Algorithm 5 as corrected in
-specs/erss.md §2.6; Algorithm 2 is the one-draft case).
+docs/methods/erss.md §2.6; Algorithm 2 is the one-draft case).
 
 Drafting (`drafting.draw_tree(..., sampling="race")`) gives every internal node ``j`` a vector of
 Exp(1) arrival times ``e_j`` (stored in ``tree.race[j]``) and takes its children to be the first

@@ -1,11 +1,11 @@
 """Greedy block verification with the distribution modification (Sun et al., ICLR'25, Appendix C,
-Algorithms 4-6; specs/block.md §2.4-2.6), on chains.
+Algorithms 4-6; docs/methods/block.md §2.4-2.6), on chains.
 
 Algorithm 4 is block verification with the UNCLIPPED joint ratio ``p~_i = M_b(x^i|c) / M_s(x^i|c)``
 as weight: ``h_i = 1`` when ``p~_i > 1``, else ``R_i / (R_i + 1 - p~_i)``; ``h_g = min(1, p~_g)``;
 the extra token comes from ``max(p~_tau P[tau] - Q[tau], 0)`` (Eq. 30). It reaches the maximal
 coupling of every prefix in one iteration (Lemma 9) but is lossless only if the target of the
-following positions is modified (Algorithm 5, joint-probability reading, specs/block.md §2.5):
+following positions is modified (Algorithm 5, joint-probability reading, docs/methods/block.md §2.5):
 after a step from block start c emitted ``A = (x^tau, Y)``, for the next ``H = g - tau - 1``
 positions
 

@@ -1,4 +1,4 @@
-"""``match``: draw from the target at each node and follow a matching child (specs/sequoia.md §2.9).
+"""``match``: draw from the target at each node and follow a matching child (docs/methods/sequoia.md §2.9).
 
 Starting at the root: draw ``y ~ P(.|node)``; if a child of the node has token ``y`` (the first such
 child when an iid tree has duplicates), accept it and continue from it; otherwise emit ``y`` as the

@@ -1,5 +1,5 @@
 """``spectr``: k-sequential selection (SpecTr, Sun et al. 2023, Algorithm 3 "K-SEQ"), the SpecTr baseline
-of Sequoia's Figure 3 (specs/sequoia.md §2.8), applied node by node down the tree.
+of Sequoia's Figure 3 (docs/methods/sequoia.md §2.8), applied node by node down the tree.
 
 At a node with target row ``P``, draft row ``Q`` and ``k`` children drawn i.i.d. from ``Q``, fix
 ``rho`` in ``[1, k]`` and let

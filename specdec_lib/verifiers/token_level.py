@@ -1,7 +1,7 @@
 """``token``: token-level verification. Leviathan et al. / Chen et al. on chains; recursive rejection
 sampling (RRS) on trees, top-down, one node at a time (SpecInfer; Sequoia Algorithm 1; the GSS tree
-algorithm of ERSS, Algorithm 4 as corrected in specs/erss.md §2.5; Traversal Verification's "Tok.V",
-specs/traversal.md §2.3).
+algorithm of ERSS, Algorithm 4 as corrected in docs/methods/erss.md §2.5; Traversal Verification's "Tok.V",
+docs/methods/traversal.md §2.3).
 
 At an accepted node ``i`` (the root first) with target row ``p_i``, the children ``c_1..c_k`` are
 tested in sampling order. Child ``c_j`` (token ``x``) was proposed by the distribution ``D_j`` it was
@@ -25,7 +25,7 @@ drawn from ``D_j`` given the earlier children. Which ``D_j`` applies is fixed by
 * ``topk``: the children are the draft's deterministic top-k, so the distribution that proposed child
   ``j`` is the point mass on ``x_j``. RRS against point masses accepts ``c_j`` with probability
   ``R[x_j]`` and removes ``x_j`` from ``R``: the same law as drawing ``y ~ p_i`` once and following
-  the child with token ``y`` (Sequoia's top-k baseline, specs/sequoia.md §2.9; see ``match``).
+  the child with token ``y`` (Sequoia's top-k baseline, docs/methods/sequoia.md §2.9; see ``match``).
   Using ``q_i`` itself here would be lossy (the children were not drawn from it).
 
 Exact law given the tree (`law`): every coin is replaced by its probability; the residual updates
@@ -45,7 +45,7 @@ NAME = "token"
 
 
 def target_row(tree: DraftTree, node: int) -> torch.Tensor:
-    """Target row of ``node`` in float64, renormalised by its explicit sum (specs/traversal.md §2.8 #12)."""
+    """Target row of ``node`` in float64, renormalised by its explicit sum (docs/methods/traversal.md §2.8 #12)."""
     row = tree.target_probs[node].to(torch.float64)
     return row / row.sum()
 
@@ -66,7 +66,7 @@ class Row:
 
     Residual updates then cost one pass over the vocabulary and normalising is a scalar: this is
     what keeps the verifiers fast at V ~ 5e4. Rows are renormalised by their explicit sums
-    (specs/traversal.md §2.8 #12) and every scalar (ratios, rates, masses) is a Python float64.
+    (docs/methods/traversal.md §2.8 #12) and every scalar (ratios, rates, masses) is a Python float64.
     Vector arithmetic runs in the rows' own precision: float64 rows (every exactness test) are
     verified entirely in float64; float32 model rows are not up-cast, since converting 49k-entry rows
     at every visited node dominated the run time, and their rounding is already ~1e-7.

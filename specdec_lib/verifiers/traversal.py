@@ -1,4 +1,4 @@
-"""``traversal``: Traversal Verification (Weng et al., NeurIPS 2025, Algorithm 3; specs/traversal.md §2.4).
+"""``traversal``: Traversal Verification (Weng et al., NeurIPS 2025, Algorithm 3; docs/methods/traversal.md §2.4).
 
 The tree is visited in post-order DFS with children in sampling order (leaves first, then up to the
 root). Every node carries a *sequence-level* acceptance rate ``rho``; the root has ``rho = 1`` and a
@@ -18,7 +18,7 @@ Eqs. (1)-(3), all on the current values:
                                                                        parentheses: (S + 1) - rho cancels)
 
 and ``rho(root)`` stays exactly 1. If ``S = 0`` below the root, ``rho'(u) = 0`` and ``u`` with its
-remaining subtree is rejected at once (the zero-mass prune of specs/traversal.md §2.4).
+remaining subtree is rejected at once (the zero-mass prune of docs/methods/traversal.md §2.4).
 
 Like ``token``, the draft row ``Ms`` that each child was drawn from follows ``tree.sampling``
 (`token.Proposal`): ``iid`` keeps it (Eq. 2 skipped; sequence-level RRS), ``without_replacement`` and
@@ -103,7 +103,7 @@ class _Node:
 
 
 def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
-    """One Traversal Verification (Algorithm 3, recursive form of specs/traversal.md §2.4)."""
+    """One Traversal Verification (Algorithm 3, recursive form of docs/methods/traversal.md §2.4)."""
     rule = proposal_rule(tree.sampling)
     kids = tree.children
     stack = [_Node.open(tree, 0, 1.0, rule)]
