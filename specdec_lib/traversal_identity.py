@@ -39,7 +39,7 @@ rows alone (`first_level_acceptance_iid`): the SpecInfer multi-draft acceptance
     E[ P_traversal^{(D)}(tau >= l) | levels <= l ] = P_traversal^{(l)}(tau >= l),
 
 where ``(D)`` is the tree of depth D and ``(l)`` the same tree restricted to its first l drafted levels
-(`specdec_lib.experiments.restrict_depth`): below level l traversal only ever consumes each level-l
+(`specdec_lib.tree.restrict_depth`): below level l traversal only ever consumes each level-l
 node's subtree through one coin of mean rho. Token-level verification never looks below level l to
 decide tau >= l, so for it the two sides are equal per tree. `rao_blackwell_ccdf` returns this
 conditional expectation per level; its sum ``1 + sum_l`` is an unbiased, lower-variance estimate of
@@ -73,14 +73,17 @@ import math
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
-from .tree import DraftTree
+from .tree import DraftTree, restrict_depth
+from .verifiers import exact_law
+from .verifiers.token_level import draft_row, target_row
 
 __all__ = ["first_level_acceptance_iid", "first_level_acceptance", "node_subtree_acceptance_iid_leaves",
            "node_subtree_acceptance_enumerated", "level_ccdf", "rao_blackwell_ccdf",
            "rao_blackwell_expected_tokens", "first_level_decomposition", "first_level_frame", "martingale_z",
-           "depth_trend_frame", "collect_first_level", "collect_depth_trend", "real_pair_check"]
+           "depth_trend_frame"]
 
 
 def _norm(row) -> torch.Tensor:
@@ -155,8 +158,6 @@ def first_level_acceptance(p, q, k: int, sampling: str = "iid") -> float:
     p, q = _norm(p), _norm(q)
     if p.shape[0] ** k > 2_000_000:
         raise ValueError("without-replacement enumeration is for small vocabularies")
-    from .verifiers import exact_law
-
     total = 0.0
     for combo, prob in _ordered_children(q, k, sampling):
         tree = DraftTree(torch.tensor([0, *combo]), torch.tensor([-1] + [0] * k),
@@ -205,8 +206,6 @@ def node_subtree_acceptance_enumerated(rho: float, r, q, child_rows: Sequence, k
     draft ``onehot``), ``u`` has target ``r`` and draft ``q``, and child with token x has draft row
     ``child_rows[x]`` (target rows are irrelevant for acceptance and set to ``r``). Returns the
     average over the drafting below ``u`` of P(accepted path passes through u)."""
-    from .verifiers import exact_law
-
     r, q = _norm(r), _norm(q)
     vocab = r.shape[0]
     u_tok = 0
@@ -250,8 +249,6 @@ def node_subtree_acceptance_enumerated(rho: float, r, q, child_rows: Sequence, k
 
 def level_ccdf(verifier: str, tree: DraftTree, state=None) -> np.ndarray:
     """P(tau >= l) for l = 0..depth of ``verifier`` on ``tree`` (exact, from its law)."""
-    from .verifiers import exact_law
-
     law = exact_law(verifier, tree, state).sum(1).numpy()
     depth = np.asarray(tree.depths)
     per = np.bincount(depth, weights=law, minlength=int(depth.max()) + 1)
@@ -262,8 +259,6 @@ def rao_blackwell_ccdf(tree: DraftTree, verifier: str = "traversal") -> np.ndarr
     """E[P(tau >= l) | levels <= l] for l = 0..depth: P(tau >= l) of ``verifier`` on the tree restricted
     to its first l drafted levels (module docstring). For traversal, l = 1 is token-level's
     P(tau >= 1) of the same tree; for token-level every entry equals `level_ccdf`."""
-    from .experiments import restrict_depth
-
     depth = max(tree.depths)
     out = np.ones(depth + 1)
     for level in range(1, depth + 1):
@@ -287,8 +282,6 @@ def first_level_decomposition(tree: DraftTree) -> dict[str, float]:
     out = {"token": tok, "traversal": tra, "difference": tra - tok, "traversal_rb": float("nan")}
     kids = tree.children
     if tree.sampling == "iid" and max(tree.depths) == 2:
-        from .verifiers.token_level import draft_row, target_row
-
         r, q = target_row(tree, 0), draft_row(tree, 0)
         reach, total = 1.0, 0.0
         for c in kids[0]:
@@ -316,10 +309,6 @@ def first_level_frame(records) -> "pd.DataFrame":
 
     At each context the means over independent draws of ``token`` and ``traversal`` both estimate
     ``exact``; ``traversal_rb`` (depth-2 trees) must equal ``token`` tree by tree."""
-    import pandas as pd
-
-    from .verifiers.token_level import draft_row, target_row
-
     rows = []
     for rec in records:
         tree = rec.tree
@@ -350,10 +339,6 @@ def depth_trend_frame(records, depths: Sequence[int]) -> "pd.DataFrame":
     traversal's exact expected tokens, traversal's Rao-Blackwellised expected tokens
     (`rao_blackwell_expected_tokens`) and both P(tau >= 1). One pass computes every depth: the
     restricted trees are nested, so the level-l terms of the RB sum are shared across depths."""
-    import pandas as pd
-
-    from .experiments import restrict_depth
-
     rows = []
     for rec in records:
         top = max(depths)
@@ -367,91 +352,3 @@ def depth_trend_frame(records, depths: Sequence[int]) -> "pd.DataFrame":
                          "traversal_rb": float(rb_terms[: d + 1].sum()), "p1_token": float(tok[1]),
                          "p1_traversal": float(tra[1])})
     return pd.DataFrame(rows)
-
-
-def collect_first_level(pair, prompts, shape: str = "binary:3", copies: int = 32, temperature: float = 1.0,
-                        max_new_tokens: int = 12, seed: int = 5, top_p: float = 1.0):
-    """`first_level_frame` on real drafted trees: per prompt, `experiments.collect_trees` with ``copies``
-    independent i.i.d. trees per context (one prompt's trees held at a time), then the exact per-tree
-    quantities. With a depth-2 shape ("binary:3") every tree also gets its Rao-Blackwellised traversal
-    value, which must equal token's tree by tree on the real rows."""
-    import gc
-
-    import pandas as pd
-
-    from .experiments import collect_trees
-
-    frames = []
-    for prompt in prompts:
-        records = collect_trees(pair, [prompt], shape, "iid", temperature, top_p=top_p,
-                                max_new_tokens=max_new_tokens, seed=seed, copies=copies, progress=False)
-        frames.append(first_level_frame(records))
-        del records
-        gc.collect()
-    return pd.concat(frames, ignore_index=True)
-
-
-def collect_depth_trend(pair, prompts, depths: Sequence[int] = (1, 2, 3, 4, 5), copies: int = 2,
-                        temperature: float = 1.0, max_new_tokens: int = 12, seed: int = 11, top_p: float = 1.0):
-    """`depth_trend_frame` on real binary trees of max(depths) drafted levels (Traversal's Figure 3),
-    one prompt at a time; returns the long frame (verifier in token / traversal / traversal_rb,
-    value expected_tokens) that `verdicts.TrendCheck` and `verdicts.GainCheck` take."""
-    import gc
-
-    import pandas as pd
-
-    from .experiments import collect_trees
-
-    frames = []
-    for prompt in prompts:
-        records = collect_trees(pair, [prompt], f"binary:{max(depths) + 1}", "iid", temperature, top_p=top_p,
-                                max_new_tokens=max_new_tokens, seed=seed, copies=copies, progress=False)
-        frames.append(depth_trend_frame(records, depths))
-        del records
-        gc.collect()
-    wide = pd.concat(frames, ignore_index=True)
-    long = wide.melt(id_vars=["prompt_id", "category", "step", "draw", "depth"],
-                     value_vars=["token", "traversal", "traversal_rb"], var_name="verifier",
-                     value_name="expected_tokens")
-    long["view"] = "d" + long["depth"].astype(str)
-    return long
-
-
-def real_pair_check(profile: str = "default", num_prompts: int = 2, categories: Sequence[str] | None = None,
-                    copies: int = 32, depth_copies: int = 2, max_new_tokens: int = 12, temperature: float = 1.0,
-                    save: bool = True) -> dict:
-    """The P(tau >= 1) identity and the binary depth trend on the project's pair (``profile`` default),
-    single-threaded in about two minutes on a CPU with the defaults: `collect_first_level` (depth-2
-    binary trees, ``copies`` per context) and `collect_depth_trend` (binary depth 1..5, ``depth_copies``
-    per context). Saves both frames under ``data/results/traversal_identity/`` and returns the
-    decisions (`verdicts.first_level_decision`, raw and Rao-Blackwellised depth trends and gains)."""
-    from . import verdicts as V
-    from .experiments import load_pair, prompts_for
-    from .results import save_results
-
-    pair = load_pair(profile)
-    cats = list(categories) if categories is not None else (
-        ["writing", "qa", "reasoning", "summarization"] if pair.kind == "hf" else None)
-    prompts = prompts_for(pair, num_prompts, categories=cats)
-    params = dict(profile=profile, num_prompts=num_prompts, categories=cats, copies=copies,
-                  depth_copies=depth_copies, max_new_tokens=max_new_tokens, temperature=temperature)
-    first = collect_first_level(pair, prompts, copies=copies, temperature=temperature, max_new_tokens=max_new_tokens)
-    trend = collect_depth_trend(pair, prompts, copies=depth_copies, temperature=temperature,
-                                max_new_tokens=max_new_tokens)
-    if save:
-        save_results("traversal_identity/first_level", first, params)
-        save_results("traversal_identity/depth_trend", trend, params)
-    deep = trend[trend["depth"] >= 2]
-    out = {"first_level": V.first_level_decision(first), "first_level_z": martingale_z(first)}
-    for name in ("traversal", "traversal_rb"):
-        out[f"trend_{name}"] = V.TrendCheck(f"{name} gain grows with depth", "depth", name, "token").evaluate(deep)
-        out[f"gain_d5_{name}"] = V.GainCheck(f"{name} > token at depth 5", name, "token", {"depth": 5}).evaluate(deep)
-    return out
-
-
-if __name__ == "__main__":  # python -m specdec_lib.traversal_identity
-    import torch
-
-    torch.set_num_threads(1)
-    for key, value in real_pair_check().items():
-        print(f"{key}: {value}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Sequence
 
 import torch
 
@@ -398,3 +399,63 @@ def parse_shape(spec: str) -> list[int]:
     except ValueError as err:
         raise ValueError(f"shape {spec!r}: {err}") from None
     raise ValueError(f"unknown shape {spec!r}; known forms: {', '.join(SHAPE_FORMS)}")
+
+
+# ----------------------------------------------------------------------------------------- subtrees
+
+def restrict_depth(tree: DraftTree, depth: int) -> DraftTree:
+    """The subtree of the nodes at most ``depth - 1`` edges below the root (``depth`` counts the root,
+    Sequoia's convention): a tree of that depth drawn exactly as the original's first levels were."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (it counts the root), got {depth}")
+    keep = [i for i, d in enumerate(tree.depths) if d < depth]
+    return subtree(tree, keep)
+
+
+def truncate_chain(tree: DraftTree, n: int) -> DraftTree:
+    """The first ``n`` drafted tokens of a chain (a chain of ``n`` drafted tokens)."""
+    if not tree.is_chain:
+        raise ValueError("truncate_chain needs a chain")
+    if not 0 <= n <= tree.num_nodes - 1:
+        raise ValueError(f"cannot truncate a chain of {tree.num_nodes - 1} drafted tokens to {n}")
+    return restrict_depth(tree, n + 1)
+
+
+def index_tuples(parents: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each node's index path: the 1-based ranks among its siblings from the root down (root: ``()``)."""
+    parents = [int(p) for p in parents]
+    seen: dict[int, int] = {}
+    out: list[tuple[int, ...]] = [()]
+    for i in range(1, len(parents)):
+        seen[parents[i]] = seen.get(parents[i], 0) + 1
+        out.append(out[parents[i]] + (seen[parents[i]],))
+    return out
+
+
+def restrict_to_shape(tree: DraftTree, shape: str | Sequence[int]) -> DraftTree:
+    """The nodes of ``tree`` whose index paths (`index_tuples`) form the smaller ``shape``.
+
+    Children are drawn one after another (iid, without replacement, races: the first c of C children are
+    drawn exactly as c children), so when the shape's index paths are a subset of the tree's, the restricted
+    tree is distributed as a tree of that shape drawn at the same context. Examples: a chain inside a longer
+    chain, batch(k) inside batch(K), tau*_k inside tau*_K, a SpecInfer tree inside a longer one.
+    """
+    small = parse_shape(shape) if isinstance(shape, str) else list(shape)
+    want = set(index_tuples(small))
+    have = index_tuples(tree.parent_list)
+    keep = [i for i, t in enumerate(have) if t in want]
+    if len(keep) != len(want):
+        raise ValueError(f"shape with {len(want)} nodes is not contained in the drafted tree "
+                         f"({len(keep)} matching nodes)")
+    return subtree(tree, keep)
+
+
+def subtree(tree: DraftTree, keep: Sequence[int]) -> DraftTree:
+    """The nodes ``keep`` of ``tree`` (root first, each node after its parent) as a tree of their own."""
+    index = {old: new for new, old in enumerate(keep)}
+    parents = [-1 if old == 0 else index[int(tree.parents[old])] for old in keep]
+    idx = torch.as_tensor(list(keep), dtype=torch.long)
+    race = tree.race.index_select(0, idx) if tree.race is not None else None
+    return DraftTree(tree.tokens.index_select(0, idx), torch.as_tensor(parents, dtype=torch.long),
+                     tree.draft_probs.index_select(0, idx), tree.target_probs.index_select(0, idx),
+                     sampling=tree.sampling, race=race)

@@ -17,7 +17,7 @@ import torch
 
 from specdec_lib import experiments as E, traversal_identity as TI
 from specdec_lib.exact import enumerate_drafts
-from specdec_lib.experiments import TreeRecord, restrict_depth
+from specdec_lib.experiments import TreeRecord
 from specdec_lib.models.synthetic import ContextIndependentLM, ToyLM, random_markov_pair
 from specdec_lib.sampling import process_logits
 from specdec_lib.tree import DraftTree, batch, binary
@@ -236,15 +236,13 @@ def test_martingale_z():
 
 
 def test_collectors_on_the_toy_pair():
-    from specdec_lib import experiments as E
-
     pair = E.toy_pair(4, 0.7, 1)
     prompts = E.prompts_for(pair, 2)
-    first = TI.collect_first_level(pair, prompts, copies=3, max_new_tokens=4)
+    first = E.collect_first_level(pair, prompts, copies=3, max_new_tokens=4)
     assert len(first) and float((first["traversal_rb"] - first["token"]).abs().max()) < 1e-12
-    trend = TI.collect_depth_trend(pair, prompts, depths=(1, 2, 3), copies=2, max_new_tokens=4)
+    trend = E.collect_depth_trend(pair, prompts, depths=(1, 2, 3), copies=2, max_new_tokens=4)
     assert set(trend["verifier"]) == {"token", "traversal", "traversal_rb"} and set(trend["depth"]) == {1, 2, 3}
-    out = TI.real_pair_check("smoke", num_prompts=2, copies=2, max_new_tokens=4, save=False)
+    out = E.real_pair_check("smoke", num_prompts=2, copies=2, max_new_tokens=4, save=False)
     assert out["first_level"].verdict == "reproduced"
 
 

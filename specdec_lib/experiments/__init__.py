@@ -1,0 +1,49 @@
+"""Experiment helpers the notebooks call: profiles, the model pair, prompts, drafted trees, paired
+exact comparisons of verifiers, and summaries with bootstrap confidence intervals.
+
+The expensive part of every acceptance experiment is drafting trees from the real pair and scoring them
+with the target; the exact expected number of emitted tokens of a verifier on a given tree is cheap
+(`specdec_lib.verifiers.expected_tokens`). So the notebooks
+
+1. collect drafted trees once per (prompt, shape, sampling, temperature) along target-distributed
+   contexts (`collect_trees`: the text is advanced by one lossless verifier, so every step starts from a
+   context with the target's law),
+2. evaluate every verifier exactly on the same trees (`paired_expected_tokens`): a paired comparison with
+   no verification noise, which resolves differences of a few percent with few prompts,
+3. summarise per group with the pooled mean over steps (tokens per step = tokens per target call) and a
+   bootstrap confidence interval over prompts (`summarize`, `paired_gain`).
+
+Nested shapes are evaluated on one drafted tree: a chain of n drafted tokens is the first n nodes of a
+longer chain, and a tree restricted to its first d levels is a tree of depth d drawn the same way
+(`restrict_depth`), since every level is drawn given the levels above only.
+
+With ``profile="smoke"`` the pair is a random bigram toy pair (`specdec_lib.models.synthetic`) over a tiny
+vocabulary and the prompts are short random token tuples, so every notebook runs in seconds.
+
+Modules: `setup` (profiles, pair, prompts), `collection` (drafted trees, matched rows), `paired` (exact
+paired evaluation), `summaries` (pooled means, bootstrap CIs, gains), `stars` (one-level views and laws),
+`timing` (wall clock), `traversal_checks` (Traversal's identities on a pair's trees). Subtree views (`restrict_depth`, `restrict_to_shape`, ...) live in `specdec_lib.tree`
+and are re-exported here.
+"""
+
+from __future__ import annotations
+
+from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
+from .collection import TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
+from .paired import RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
+from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
+                    prompt_categories, prompts_for, settings, settings_table, toy_pair)
+from .stars import (ccdf, positional_vector, sampled_accepted_lengths, star_index_law, star_rejection_from_rows,
+                    star_views)
+from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
+from .timing import timed_generation
+from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
+
+__all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
+           "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
+           "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
+           "restrict_depth", "truncate_chain", "index_tuples",
+           "restrict_to_shape", "RAO_BLACKWELLISED", "applicable", "paired_expected_tokens",
+           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector",
+           "star_rejection_from_rows", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation",
+           "collect_first_level", "collect_depth_trend", "real_pair_check"]

@@ -1,0 +1,160 @@
+"""Profiles and settings, the model pair (real or toy) and the prompts of an experiment."""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..data import load_prompts
+from ..models import load_model
+from ..models.synthetic import random_markov_pair
+
+PROFILES = ("smoke", "default", "full")
+RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
+"""Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
+TARGET_MODEL = "smollm2-135m-instruct"
+DRAFT_MODEL = "smollm2-135m-draft"
+
+
+# ----------------------------------------------------------------------------------------- settings
+
+def parse_param(value: Any) -> Any:
+    """A parameter given on the command line as text (``"[4, 8]"``, ``"0.6,1.0"``, ``"3"``) -> Python value."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("none", "null", ""):
+        return None
+    try:
+        value = ast.literal_eval(text)
+        return list(value) if isinstance(value, tuple) else value
+    except (ValueError, SyntaxError):
+        pass
+    if "," in text:
+        return [parse_param(part) for part in text.split(",") if part.strip()]
+    return text
+
+
+def settings(profile: str, defaults: Mapping[str, Mapping[str, Any]], **given: Any) -> dict[str, Any]:
+    """Resolve a notebook's parameters: the profile's defaults, overridden by every non-None given value.
+
+    ``defaults`` maps a profile name to its default values (the notebook's own table); the given values
+    are the notebook's parameters (None = "the profile's choice"). Text values are parsed with
+    `parse_param`. Unknown profiles and unknown parameter names raise ValueError.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    if profile not in defaults:
+        raise ValueError(f"this notebook has no defaults for profile {profile!r}")
+    out = dict(defaults[profile])
+    for name, value in given.items():
+        value = parse_param(value)
+        if value is not None:
+            out[name] = value
+    out["profile"] = profile
+    os.environ.setdefault("SPECDEC_PROFILE", profile)  # results.py: smoke output stays apart
+    return out
+
+
+def settings_table(cfg: Mapping[str, Any]):
+    """The resolved settings as a two-column DataFrame (for display)."""
+    return pd.DataFrame({"parameter": list(cfg), "value": [str(v) for v in cfg.values()]})
+
+
+# ----------------------------------------------------------------------------------------- model pair
+
+@dataclass
+class Pair:
+    """The (target, draft) pair of an experiment: ``kind`` is "toy" (ToyLM) or "hf" (LanguageModel)."""
+    target: Any
+    draft: Any
+    kind: str
+    name: str
+    load_s: float = 0.0
+    context_free: bool = False  # toy models whose rows do not depend on the context (trees can be cached)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target.vocab_size)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.target.eos_token_id
+
+
+def toy_pair(vocab_size: int = 8, mismatch: float = 0.5, seed: int = 0, concentration: float = 0.5) -> Pair:
+    """A random bigram (target, draft) toy pair without EOS (`synthetic.random_markov_pair`)."""
+    target, draft = random_markov_pair(vocab_size, mismatch, seed, eos=False, concentration=concentration)
+    return Pair(target, draft, "toy", f"toy bigram V={vocab_size} mismatch={mismatch} seed={seed}")
+
+
+def load_pair(profile: str, target_model: str | None = None, draft_model: str | None = None,
+              device: str | None = None, dtype: str | None = None, toy_vocab: int = 8,
+              toy_mismatch: float = 0.5, seed: int = 0) -> Pair:
+    """The pair of a profile: smoke -> `toy_pair`; default/full -> `load_model` of both names
+    (default: the offline target and the project's distilled draft ``smollm2-135m-draft``)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    if profile == "smoke":
+        return toy_pair(toy_vocab, toy_mismatch, seed)
+
+    t0 = time.perf_counter()
+    target = load_model(target_model or TARGET_MODEL, device=device, dtype=dtype)
+    draft = load_model(draft_model or DRAFT_MODEL, device=device, dtype=dtype, target=target)
+    if int(target.vocab_size) != int(draft.vocab_size):
+        raise ValueError(f"target {target.name} and draft {draft.name} have different vocabularies "
+                         f"({target.vocab_size} vs {draft.vocab_size})")
+    return Pair(target, draft, "hf", f"{target.name} / {draft.name}", time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------- prompts
+
+@dataclass(frozen=True)
+class PromptIds:
+    """An encoded prompt: id, category, token ids (LongTensor [n]) and the source text ('' for toys)."""
+    id: str
+    category: str
+    ids: torch.Tensor
+    text: str = ""
+
+
+def prompts_for(pair: Pair, num_prompts: int, categories: Sequence[str] | None = None, split: str = "heldout",
+                seed: int = 0, toy_length: int = 3) -> list[PromptIds]:
+    """``num_prompts`` prompts per category.
+
+    toy pair: random token tuples of length ``toy_length``, categories named as given (default one
+    category "toy"); hf pair: `specdec_lib.data.load_prompts(split, category)` encoded with the target's
+    chat template, the first ``num_prompts`` of each category (all categories when None).
+    """
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
+    if pair.kind == "toy":
+        rng = np.random.default_rng(seed)
+        cats = list(categories) if categories else ["toy"]
+        return [PromptIds(f"{c}-{i}", c, torch.as_tensor(rng.integers(0, pair.vocab_size, toy_length),
+                                                          dtype=torch.long))
+                for c in cats for i in range(num_prompts)]
+
+    if categories is None:
+        cats = sorted({p.category for p in load_prompts(split)})
+    else:
+        cats = list(categories)
+    out = []
+    for c in cats:
+        chosen = load_prompts(split, category=c)[:num_prompts]
+        if not chosen:
+            raise ValueError(f"no prompts of category {c!r} in split {split!r}")
+        out.extend(PromptIds(p.id, p.category, pair.target.encode(p.text), p.text) for p in chosen)
+    return out
+
+
+def prompt_categories(split: str = "heldout") -> list[str]:
+    """The categories of the project's prompt set."""
+    return sorted({p.category for p in load_prompts(split)})

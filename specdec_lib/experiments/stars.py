@@ -1,0 +1,104 @@
+"""One-level views of drafted stars (the first k children of the root), their rejection rates and
+index laws, sampled accepted lengths and CCDFs."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..tree import DraftTree, restrict_to_shape
+from ..drafting import draw_children
+from ..exact import sample_tree
+from ..verifiers import exact_law, verify
+from .collection import TreeRecord
+
+def star_views(ks: Iterable[int]) -> dict[int, Callable[[DraftTree], DraftTree]]:
+    """Views ``k -> the first k children of the root`` of a drafted star ``batch:Kx1``."""
+    return {int(k): (lambda t, k=int(k): restrict_to_shape(t, [-1] + [0] * k)) for k in ks}
+
+
+def star_rejection_from_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, ks: Sequence[int],
+                             verifier: str = "spectr", sampling: str = "iid", seed: int = 0):
+    """P(no child accepted) of ``verifier`` on a star of k children drawn from each matched draft row.
+
+    ``target_rows`` / ``draft_rows``: [M, V] rows of `matched_rows` (target-sampled contexts, so every
+    scheme is measured at the same contexts). One star of max(ks) children is drawn per row (`drafting.
+    draw_children`) and its first k children are verified exactly for every k (a prefix of the children
+    is a star of k children drawn the same way). Whether a child is accepted depends on the root's rows
+    only, so the leaves get the root's target row as a placeholder (it would only shape the bonus token
+    after an accepted child). For schemes with a closed form, `theory.positional_acceptance` needs no
+    drafting at all; this is for verifiers without one (SpecTr). Returns a DataFrame: row, k, rejection.
+    """
+    if target_rows.shape != draft_rows.shape or target_rows.dim() != 2:
+        raise ValueError(f"need matched [M, V] rows, got {tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive, got {ks}")
+    kmax = ks[-1]
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for m in range(target_rows.shape[0]):
+        p, q = target_rows[m].to(torch.float64), draft_rows[m].to(torch.float64)
+        kids, _ = draw_children(q, kmax, sampling, generator)
+        for k in ks:
+            tokens = torch.cat([torch.zeros(1, dtype=torch.long), kids[:k]])
+            draft = torch.zeros(k + 1, q.shape[0], dtype=torch.float64)
+            draft[0] = q
+            tree = DraftTree(tokens, torch.tensor([-1] + [0] * k), draft, p.expand(k + 1, -1).clone(),
+                             sampling=sampling)
+            rows.append({"row": m, "k": k, "rejection": float(exact_law(verifier, tree)[0].sum())})
+    return pd.DataFrame(rows)
+
+
+def star_index_law(records: Sequence[TreeRecord], verifier: str):
+    """Per drafted star (``batch:Kx1``): the exact probability that the verifier accepts the i-th child.
+
+    For verifiers that try the children in order and stop at the first accepted one (token-level
+    recursive rejection sampling with or without replacement, ERSS races, top-k matching) this law does
+    not depend on how many children follow, so its mean over stars at target-distributed contexts is the
+    positional acceptance vector p_1..p_K (Sequoia Defs 3.1-3.2; ERSS's 0th-order index distribution r),
+    and 1 + p_1 + ... + p_k is the expected tokens of batch(k). Not for SpecTr (its rule depends on k).
+    Returns a DataFrame: prompt_id, category, step, p1..pK.
+    """
+    rows = []
+    for rec in records:
+        kids = rec.tree.children[0]
+        if len(kids) != rec.tree.num_nodes - 1:
+            raise ValueError("star_index_law needs star trees (batch:Kx1)")
+        law = exact_law(verifier, rec.tree)
+        rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
+                     **{f"p{i + 1}": float(law[c].sum()) for i, c in enumerate(kids)}})
+    return pd.DataFrame(rows)
+
+
+def positional_vector(index_law) -> np.ndarray:
+    """Mean of the p1..pK columns of `star_index_law` (the measured positional acceptance vector)."""
+    cols = [c for c in index_law.columns if c.startswith("p") and c[1:].isdigit()]
+    return index_law[sorted(cols, key=lambda c: int(c[1:]))].mean().to_numpy()
+
+
+def sampled_accepted_lengths(verifier: str, target, draft, prefix: Sequence[int], parents: Sequence[int],
+                             sampling: str = "iid", n: int = 1000, seed: int = 0) -> np.ndarray:
+    """Accepted draft tokens (tau) of ``n`` independent single steps on toy LMs: draw a tree
+    (`exact.sample_tree`), verify it with the sampler. The sampled counterpart of
+    `exact.accepted_length_law`."""
+    generator = torch.Generator().manual_seed(seed)
+    cache: dict = {}
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        tree = sample_tree(target, draft, prefix, parents, sampling, generator, cache=cache)
+        out[i] = len(verify(verifier, tree, generator).path)
+    return out
+
+
+def ccdf(law_or_samples: Sequence[float] | np.ndarray, samples: bool = False) -> np.ndarray:
+    """P(tau >= k) for k = 0..K from a law over tau = 0..K, or from samples of tau (``samples=True``)."""
+    if samples:
+        values = np.asarray(law_or_samples)
+        top = int(values.max()) if values.size else 0
+        return np.array([(values >= k).mean() for k in range(top + 1)])
+    law = np.asarray(law_or_samples, dtype=float)
+    return law[::-1].cumsum()[::-1]

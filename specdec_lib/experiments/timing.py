@@ -1,0 +1,57 @@
+"""Wall-clock decoding of prompts, speculative or autoregressive, one row per prompt."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..decoding import autoregressive_generate, speculative_generate
+from ..progress import tqdm
+from .setup import Pair, PromptIds
+
+# ----------------------------------------------------------------------------------------- wall clock
+
+def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | None, shape: str | None = None,
+                     sampling: str = "iid", temperature: float = 1.0, top_p: float = 1.0,
+                     max_new_tokens: int = 32, seed: int = 0, progress: bool = True):
+    """Wall-clock decoding: `speculative_generate` (or `autoregressive_generate` when ``verifier`` is None)
+    per prompt. Returns a DataFrame per prompt: tokens, steps, seconds, tokens per second, tokens per step,
+    the summed draft / target / verify seconds and the median step time (draft + target + verify of one
+    step; autoregressive: seconds per token) (hf pairs only)."""
+    if pair.kind != "hf":
+        raise ValueError("wall-clock timings need a real model pair (profile default or full)")
+    if getattr(pair.draft, "synthetic", False):
+        raise ValueError(f"{pair.draft.name} is a synthetic draft (models.interpolated): tokens per step only, "
+                         "never wall clock")
+    rows = []
+    iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
+    if progress:
+        iterator = tqdm(list(iterator), desc=f"timing {verifier or 'autoregressive'} {shape or ''} T={temperature}",
+                        leave=False)
+    for k, prompt in iterator:
+        t0 = time.perf_counter()
+        if verifier is None:
+            out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
+                                          max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
+                                          seed=seed * 100_003 + k)
+        else:
+            out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=verifier, shape=shape,
+                                       sampling=sampling, temperature=temperature, top_p=top_p,
+                                       max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
+                                       seed=seed * 100_003 + k)
+        seconds = time.perf_counter() - t0
+        steps = list(out.steps)
+        n_tokens = len(out.tokens)
+        step_s = [float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps if hasattr(s, "target_s")]
+        rows.append({"prompt_id": prompt.id, "category": prompt.category, "verifier": verifier or "autoregressive",
+                     "shape": shape or "-", "temperature": temperature, "tokens": n_tokens,
+                     "steps": len(steps) or n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
+                     "tokens_per_step": n_tokens / max(1, len(steps) or n_tokens),
+                     "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
+                     "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
+                     "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
+                     "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)})
+    return pd.DataFrame(rows)

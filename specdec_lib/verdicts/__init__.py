@@ -1,0 +1,54 @@
+"""Verdict rules: one written rule per kind of claim, the checks that apply them to stored per-step
+data, a power statement, a seed-stability check, and the table of ties (methods equal in expectation).
+
+Every claim a notebook records is one of eight kinds (`RULES`). Each rule states
+
+* the **quantity** (what number the verdict is about),
+* the **paired design** (what is held fixed between the two arms: contexts, drafted trees, random
+  numbers),
+* what is computed **exactly** instead of sampled (Rao-Blackwellisation: given a drafted tree the
+  expected tokens per step, P(tau >= 1) and the whole accepted-length law of every verifier are
+  exact, `specdec_lib.verifiers.exact_law`; given matched target/draft rows the acceptance vectors
+  and rejection rates are exact, `specdec_lib.theory`; traversal's level-l terms can be integrated
+  over the levels below l, `specdec_lib.traversal_identity`),
+* the **resampling unit** of the confidence interval (prompts: a clustered percentile bootstrap that
+  resamples whole prompts, keeping every step, copy and drafting seed of a prompt together, because
+  the contexts of one prompt are dependent), and
+* the **minimum effect** that counts.
+
+**"partly" has one meaning** (`PARTLY`): the point estimate is on the claimed side (beyond the null in
+the claimed direction, or inside the equivalence margin) but the claim is not established: the 95% CI
+reaches the null (or leaves the margin), or the estimate is below the minimum effect that counts, or
+(trends only) two neighbouring cells are significantly reversed. A point estimate on the wrong side
+is "not reproduced" whatever the CI (the `Decision.detail` then says "contradicted" when the CI
+excludes the claimed side too, else "inconclusive, wrong side"). `power_statement` says whether the
+CI was narrow enough to detect the paper's effect ("decided") or not ("underpowered"), so an
+inconclusive verdict can be read correctly.
+
+`seed_stability` re-applies the rules with two bootstrap seeds (and, optionally, per drafting seed)
+on stored per-step frames and lists the claims whose verdict changes.
+
+`NOTEBOOK_RULES` maps every verdict expression written by hand in notebooks/00-06 to its rule
+(tests/test_verdicts.py checks that every claim in the notebooks is mapped). `TIES` lists the method
+pairs that are equal (in law given every tree, or in expectation) with the theorem and the test that
+proves it, so a "+0.00% [-0.00, +0.00]" row is read as an identity, not as a measured tie.
+
+Modules: `rules` (the written rules), `decisions` (estimate + CI -> verdict), `checks` (rules applied to
+stored frames, seed stability, claim rows), `catalogue` (notebook claim -> rule, ties).
+"""
+
+from __future__ import annotations
+
+from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
+from .checks import (SEED_DEPENDENT, STABLE_MARK, EveryCheck, GainCheck, IdentityCheck, TrendCheck,
+                     bootstrap_indices, checked_claim, cluster_of, evaluate, first_level_decision,
+                     paired_difference, paired_sums, seed_stability, to_claim)
+from .decisions import (Decision, decide_directional, decide_equivalence, decide_every, decide_exact,
+                        decide_trend, power_statement)
+from .rules import MIN_EFFECT, PARTLY, RULES, Rule
+
+__all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
+           "decide_exact", "decide_every", "decide_trend", "power_statement", "cluster_of", "paired_sums",
+           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "first_level_decision",
+           "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
+           "rule_entry", "rule_for", "TIES"]

@@ -1,0 +1,159 @@
+"""Which rule decides each notebook claim (`NOTEBOOK_RULES`, `rule_for`) and the table of ties: method
+pairs equal in law or in expectation, with the theorem and the test that proves it (`TIES`)."""
+
+from __future__ import annotations
+
+import re
+
+# ----------------------------------------------------------------------------------------- mapping
+
+NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
+    # (notebook, claim text prefix, today's hand-written expression, rule)
+    ("00_distill_draft", "held-out mean acceptance at T=1 >= 0.6", "mean_acceptance >= 0.6", "threshold"),
+    ("00_distill_draft", "draft forward <= 1/4 of the target's", "ratio <= 0.25", "threshold"),
+    ("00_distill_draft", "untrained truncations are poor drafts", "untrained_acceptance <= 0.18", "threshold"),
+    ("00_distill_draft", "distillation improves on the untrained truncation", "mean > untrained", "superiority"),
+    ("00_distill_draft", "feature draft (EAGLE family): held-out acceptance at T=1 >= 0.6", "mean_acceptance >= 0.6",
+     "threshold"),
+    ("00_distill_draft", "feature draft above the independent draft on the same held-out positions",
+     "feature - independent > 0", "superiority"),
+    ("07_regime", "[synthetic draft] The interpolated family reaches the goal acceptances", "hit and monotone",
+     "threshold"),
+    ("07_regime", "[synthetic draft] Gains at the papers' acceptance (0.6–0.8) exceed the real draft's",
+     "synthetic gain > real gain", "superiority"),
+    ("07_regime", "[synthetic draft, tokens/step] Block verification is optimal among chain verifiers",
+     "asps - block <= 0", "noninferiority"),
+    ("07_regime", "[synthetic draft, tokens/step] {title} at acceptance 0.6–0.8", "regime.range_verdict",
+     "superiority"),
+    ("01_asps", "Table 1: maximal coupling", "abs(t1 - 1.8) < 1e-12", "exact"),
+    ("01_asps", "Exact fixture B", "err < 1e-9", "exact"),
+    ("01_asps", "n = 1: ASpS = SpS", "diff1 < 1e-9 (max per tree)", "exact"),
+    ("01_asps", "n = {n}: ASpS > SpS in tokens per step", "E.gain_verdict(g.loc[n])", "superiority"),
+    ("01_asps", "n = {nmax}, {cat}: ASpS > SpS", "E.gain_verdict(row)", "superiority"),
+    ("01_asps", "The gain generally grows with n", "g[nmax] > g[2] and Spearman > 0.5, partly g[nmax] > g[2]", "trend"),
+    ("01_asps", "ATN saturates with n", "sps_atn[nmax] < 0.5 (nmax + 1)", "threshold"),
+    ("01_asps", "PTT improves with ASpS, by less than ATN", "0 < ptt_paired_gain < atn_gain, partly > -0.01",
+     "threshold"),
+    ("02_traversal", "Tra.V > Tok.V in acceptance length", "checked_claim(GainCheck traversal_rb vs token)",
+     "superiority"),
+    ("02_traversal", "Gain grows with {shape} depth", "checked_claim(TrendCheck over depth, traversal_rb)", "trend"),
+    ("02_traversal", "P(τ ≥ 1) is the same for Tra.V and Tok.V",
+     "checked_claim(IdentityCheck traversal_rb vs token on p_accept_first)", "exact"),
+    ("02_traversal", "On chains Tra.V equals Block Verification", "checked_claim(IdentityCheck)", "exact"),
+    ("02_traversal", "Gain grows with temperature", "checked_claim(TrendCheck over temperature)", "trend"),
+    ("02_traversal", "Throughput gain < acceptance gain", "overhead > -0.5", "threshold"),
+    ("03_erss", "k = 1: GSS accepts the first draft at least as often as ERSS", "r_GSS(1) >= r_ERSS(1) - 1e-9",
+     "exact"),
+    ("03_erss", "C1 batch, k = 1: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
+    ("03_erss", "C1 batch, k ≥ 3: ERSS > GSS", "checked_claim(GainCheck)", "superiority"),
+    ("03_erss", "C2 sequence: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
+    ("03_erss", "C3 empirical sequence curve plateaus above", "all(v > 0), partly any(v > 0)", "every"),
+    ("03_erss", "C4 SpecInfer tree", "all(v > 0), partly any(v > 0)", "every"),
+    ("03_erss", "C5 τ* is the best strategy", "all(a >= b)", "every"),
+    ("03_erss", "τ* theory ≥ every other theoretical curve", "ts >= max - 1e-9 (deterministic)", "exact"),
+    ("03_erss", "Lemma 4.3 bound ≥ τ* theory", "bound >= ts - 1e-9 (deterministic)", "exact"),
+    ("03_erss", "C6 under τ*, GSS and ERSS converge", "gap[kt] <= gap[kt_small]", "trend"),
+    ("04_block", "Figure 3: exact CCDF", "err < 6e-5 (printed to 4 decimals)", "exact"),
+    ("04_block", "Toy γ = 10: E[τ] token vs block", "abs(e - paper) < 1e-5", "exact"),
+    ("04_block", "BE(block) > BE(token)", "E.gain_verdict(row)", "superiority"),
+    ("04_block", "Gain grows with γ", "all(diff > 0), partly last > first", "trend"),
+    ("04_block", "BE grows with γ (token verification)", "all(diff(be_tok) > 0)", "trend"),
+    ("04_block", "Gain grows with temperature", "all(diff > 0), partly last > first", "trend"),
+    ("04_block", "Gain positive in every prompt category", "all(gain > 0)", "every"),
+    ("04_block", "Wall-clock gain of block over token", "0 < ws_paired < be_gain, partly ws_paired > 0", "threshold"),
+    ("04_block", "Table 4 ordering on the toy", "token < greedy < block (both inequalities)", "every"),
+    ("04_block", "Table 4: greedy block (Alg. 6) beats token", "E.gain_verdict(g_greedy)", "superiority"),
+    ("04_block", "Table 4: block beats greedy block", "E.gain_verdict(g_block)", "superiority"),
+    ("05_sequoia", "Figure 3: Sequoia's rejection rate ≤ SpecInfer's and top-k's",
+     "all(gap <= 2 SE), partly mean > 0.8", "every"),
+    ("05_sequoia", "Figure 3: Sequoia's rejection rate ≤ SpecTr's", "all(gap <= 2 SE), partly mean > 0.8", "every"),
+    ("05_sequoia", "k = 1: Sequoia = SpecInfer", "d1 < 1e-9 (max per context)", "exact"),
+    ("05_sequoia", "SpecInfer degrades at low temperature", "ratio(T_lo) > ratio(T_hi)", "trend"),
+    ("05_sequoia", "Top-k degrades at high temperature", "ratio(T_hi) > ratio(T_lo)", "trend"),
+    ("05_sequoia", "Sequoia trees give more tokens per step than SpecInfer", "E.gain_verdict(row)", "superiority"),
+    ("05_sequoia", "Sequoia trees beat full k-ary trees", "E.gain_verdict(rowk)", "superiority"),
+    ("05_sequoia", "Scalability: Sequoia keeps growing", "growth(sq) > growth(kl), partly sq grows", "trend"),
+    ("05_sequoia", "Measured tokens per step close to F(T)", "err < 10%, partly < 25%", "equivalence"),
+    ("05_sequoia", "Optimal trees are deeper at low temperature", "depth[Tlo] > depth[Thi], partly ==", "trend"),
+    ("05_sequoia", "Top-p = {tp}: Sequoia sampling beats SpecInfer", "ci_low >= 0 ... / gain >= 0", "superiority"),
+    ("05_sequoia", "Hardware-aware optimizer: flatter t(n)", "plan_flat.size > plan.size (deterministic)", "exact"),
+    ("05_sequoia", "The optimizer's predicted speedups match", "best_measured and worst < 20%, partly either",
+     "equivalence"),
+    ("05_sequoia", "End-to-end speedup of the optimizer's tree", "measured > 1, partly > 0.8", "threshold"),
+    ("05_sequoia", "The optimal acceptance is at least as high without replacement", "decide_exact(min difference)",
+     "exact"),
+    ("05_sequoia", "Existing verifiers (RRS) fall short of the optimal acceptance",
+     "decide_directional(least paired gap, +-1.96 SE over contexts)", "superiority"),
+    ("06_leaderboard", "{m} ≥ {b} in tokens per step on every shape",
+     "checked_claim(EveryCheck of noninferiority GainChecks)", "every"),
+    ("06_leaderboard", "Traversal = block on chains", "checked_claim(IdentityCheck)", "exact"),
+    ("06_leaderboard", "ERSS vs GSS on the same Sequoia tree shape",
+     "checked_claim(EveryCheck of equivalence GainChecks, margin 5%)", "every"),
+    ("06_leaderboard", "Among the shapes tested, a Sequoia DP tree", "best shape starts with 'sequoia'", "every"),
+    ("06_leaderboard", "Tokens per second of speculative decoding", "any speedup > 1", "threshold"),
+)
+"""Every claim written in notebooks/00-06 (text prefix as in the notebook, f-string fields kept) ->
+the hand-written verdict expression today -> the rule that replaces it. Claims recorded with
+`results.not_applicable` map to the rule ``not_applicable``."""
+
+
+def rule_entry(claim_text: str, notebook: str | None = None) -> tuple[str, str, str, str]:
+    """The `NOTEBOOK_RULES` entry of a notebook claim, by its text (f-string fields match anything) and,
+    when given, its notebook (some claim texts repeat across notebooks)."""
+    for entry in NOTEBOOK_RULES:
+        if notebook is not None and entry[0] != notebook:
+            continue
+        pattern = "".join("(?:.*?)" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^}]*\})", entry[1]))
+        if re.match(pattern, claim_text):
+            return entry
+    raise KeyError(f"no rule for claim {claim_text!r}")
+
+
+def rule_for(claim_text: str, notebook: str | None = None) -> str:
+    """The rule kind of a notebook claim, by its text (and notebook)."""
+    return rule_entry(claim_text, notebook)[3]
+
+
+# ----------------------------------------------------------------------------------------- ties
+
+TIES: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("traversal", "block", "chains"): (
+        "Traversal Verification Thm 3.4 (and docs/methods/traversal.md §2.6): on a chain, traversal's rates rho_i and "
+        "h_i = S_i / (S_i + 1 - rho_i) are Block Verification's, and its backward scan stops at the last "
+        "success of the same coins, so the output law given EVERY chain is identical (stronger than the "
+        "paper's equal E[N])",
+        "tests/test_tree_verifiers_exact.py::test_traversal_equals_block_on_chains"),
+    ("block", "asps", "chains"): (
+        "Observed identity, not claimed by either paper: ASpS's per-prefix acceptance D_i equals Block's "
+        "rho_i = min(1, rho_{i-1} p/q) (Block Lemma 3's upper bound P(tau >= i | x^i) = rho_i, attained by "
+        "both), and their residual emissions agree, so the law given every chain is the same; exact in "
+        "rationals on random toy chains",
+        "tests/test_verdicts.py::test_tie_asps_equals_block_in_exact_rationals "
+        "(float64: tests/test_chain_verifiers_exact.py::test_asps_and_block_have_the_same_law_on_every_chain)"),
+    ("asps", "token", "one drafted token"): (
+        "With gamma = 1 ASpS, block and traversal all reduce to the maximal coupling (accept min(1, p/q), "
+        "residual norm([p - q]_+)): SpS; so n = 1 is equal per draft",
+        "tests/test_chain_verifiers_exact.py::test_gamma_one_asps_and_block_equal_token"),
+    ("traversal", "token", "stars (depth 1)"): (
+        "On a star every child is a leaf: traversal's rho(child) = min(1, r(x)/D(x)) and root updates (rho(root) = 1) "
+        "are token-level RRS's, so the law given every star is identical",
+        "tests/test_traversal_identity.py::test_traversal_equals_token_on_stars"),
+    ("traversal", "token", "P(tau >= 1), any tree"): (
+        "Lemma A.2 + identical root updates: E[P_traversal(tau >= 1) | root children] = P_token(tau >= 1 | root "
+        "children), averaged over the drafting below level 1 (not per tree); with i.i.d. root children both "
+        "equal 1 - prod_j (1 - beta_j) given the root rows",
+        "tests/test_traversal_identity.py::test_first_level_identity_given_root_children"),
+    ("token (without replacement)", "token (iid)", "k = 1"): (
+        "One child: both draw it from q and accept with min(1, p/q): P(accept) = 1 - TV (Sequoia = SpecInfer, "
+        "optimal transport)",
+        "tests/test_tree_fixtures.py::test_optimal_transport_at_k1"),
+    ("token", "match", "top-k trees"): (
+        "RRS against point masses accepts child j with probability R[x_j] and removes x_j: the law of drawing "
+        "y ~ p once and following the child with token y (Sequoia's top-k baseline)",
+        "tests/test_tree_verifiers_exact.py::test_token_on_topk_trees_is_match"),
+    ("block", "token", "temperature 0"): (
+        "One-hot rows: one possible draft, every verifier accepts the same prefix",
+        "tests/test_chain_verifiers_exact.py::test_temperature_zero_block_equals_token"),
+}
+"""(method A, method B, where) -> (theorem / identity, the test that proves it exactly on toys)."""

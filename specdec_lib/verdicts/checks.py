@@ -1,0 +1,359 @@
+"""Checks that apply a rule to a stored per-step frame: paired sums per prompt, the clustered bootstrap
+over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck`, the seed-stability check and
+the claim rows they produce (`checked_claim`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..results import Claim, claim as make_claim
+from ..traversal_identity import martingale_z
+from .decisions import (Decision, decide_directional, decide_equivalence, decide_every, decide_exact,
+                        decide_trend)
+from .rules import MIN_EFFECT
+
+# ----------------------------------------------------------------------------------------- bootstrap
+
+_SEED_SUFFIX = re.compile(r"/s\d+$")
+
+
+def cluster_of(prompt_id: str) -> str:
+    """The resampling unit of a row: its prompt, without the notebooks' '/s<seed>' suffix."""
+    return _SEED_SUFFIX.sub("", str(prompt_id))
+
+
+def _filter(frame, where: Mapping[str, Any] | None):
+    for key, value in (where or {}).items():
+        if isinstance(value, (list, tuple, set)):
+            frame = frame[frame[key].isin(list(value))]
+        else:
+            frame = frame[frame[key] == value]
+    return frame
+
+
+def paired_sums(frame, method: str, baseline: str, by: Sequence[str] = (), column: str = "verifier",
+                value: str = "expected_tokens", pair_on: str = "tree"):
+    """Per (group, prompt cluster ``_cluster``): the summed ``value`` of ``method`` (``_a``) and ``baseline`` (``_b``) over the
+    trees evaluated by both (pair_on='tree': matched on prompt, seed, step and view, copies averaged
+    per step) or over each arm's own trees (pair_on='prompt': the baseline's sum rescaled to the
+    method's number of steps, so a/b is the ratio of the two means), with the number of steps (``_n``).
+    ``frame`` must hold one cell of the claim apart from the ``by`` columns (filter it first)."""
+    if pair_on not in ("tree", "prompt"):
+        raise ValueError("pair_on must be 'tree' or 'prompt'")
+    by = list(by)
+    keys = by + ["prompt_id"] + (["step", "view", "shape"] if pair_on == "tree" else [])
+    keys = [k for k in dict.fromkeys(keys) if k in frame.columns]
+    a = frame[frame[column] == method].groupby(keys, dropna=False)[value].mean()
+    b = frame[frame[column] == baseline].groupby(keys, dropna=False)[value].mean()
+    if pair_on == "tree":
+        both = pd.concat({"_a": a, "_b": b}, axis=1, join="inner").reset_index()
+        both["_n"] = 1
+    else:
+        a = frame[frame[column] == method].groupby(keys, dropna=False)[value].agg(["sum", "count"])
+        b = frame[frame[column] == baseline].groupby(keys, dropna=False)[value].agg(["sum", "count"])
+        both = pd.concat({"_a": a["sum"], "_b": b["sum"] * a["count"] / b["count"], "_n": a["count"]},
+                         axis=1, join="inner").reset_index()
+    if both.empty:
+        raise ValueError(f"no rows evaluated by both {method!r} and {baseline!r}")
+    both["_cluster"] = both["prompt_id"].map(cluster_of)
+    return both.groupby(by + ["_cluster"], dropna=False)[["_a", "_b", "_n"]].sum().reset_index()
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the per-unit differences a - b (exact per-context quantities measured at
+    the same contexts, e.g. two schemes' rejection rates). SE is nan with fewer than two units."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise ValueError(f"a and b must be matched non-empty 1-D arrays, got shapes {a.shape} and {b.shape}")
+    d = a - b
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return float(d.mean()), se
+
+
+def bootstrap_indices(n_clusters: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """[n_boot, n_clusters] resampled cluster indices (one draw shared by every cell of a claim)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_clusters, size=(n_boot, n_clusters))
+
+
+def _ci(values: np.ndarray) -> tuple[float, float]:
+    return float(np.quantile(values, 0.025)), float(np.quantile(values, 0.975))
+
+
+def _gain_table(sums, by: Sequence[str], clusters: Sequence[str], relative: bool):
+    """Per group: the a/b arrays aligned on ``clusters`` (missing clusters contribute 0)."""
+    out = {}
+    groups = sums.groupby(list(by), dropna=False, sort=True) if by else [((), sums)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.set_index("_cluster").reindex(clusters).fillna(0.0)
+        out[key] = (g["_a"].to_numpy(), g["_b"].to_numpy(), g["_n"].to_numpy())
+    return out
+
+
+def _stat(a, b, n, idx=None, relative=True):
+    if idx is None:
+        sa, sb, sn = a.sum(), b.sum(), n.sum()
+    else:
+        sa, sb, sn = a[idx].sum(axis=-1), b[idx].sum(axis=-1), n[idx].sum(axis=-1)
+    return sa / sb - 1.0 if relative else (sa - sb) / sn
+
+
+# ----------------------------------------------------------------------------------------- checks
+
+@dataclass
+class GainCheck:
+    """A paired comparison of ``method`` and ``baseline`` in one cell of a stored per-step frame.
+
+    ``kind``: superiority (``direction`` '>' or '<'), noninferiority, equivalence or threshold-like
+    use via ``null``. ``relative``: gain mean(a)/mean(b) - 1 (True) or difference of means (False)."""
+
+    claim: str
+    method: str
+    baseline: str
+    where: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "superiority"
+    direction: str = ">"
+    min_effect: float | None = None
+    margin: float | None = None
+    value: str = "expected_tokens"
+    column: str = "verifier"
+    pair_on: str = "tree"
+    relative: bool = True
+    paper_effect: float | None = None
+
+    def min_effect_for(self) -> float:
+        if self.min_effect is not None:
+            return float(self.min_effect)
+        m = MIN_EFFECT["superiority"]
+        if self.paper_effect is not None and abs(self.paper_effect) < 2 * m:
+            return abs(float(self.paper_effect)) / 2
+        return m
+
+    def sums(self, frame):
+        return paired_sums(_filter(frame, self.where), self.method, self.baseline, (), self.column, self.value,
+                           self.pair_on)
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        sums = self.sums(frame)
+        a, b, n = sums["_a"].to_numpy(), sums["_b"].to_numpy(), sums["_n"].to_numpy()
+        est = float(_stat(a, b, n, relative=self.relative))
+        if len(a) >= 2:
+            lo, hi = _ci(_stat(a, b, n, bootstrap_indices(len(a), n_boot, seed), self.relative))
+        else:
+            lo = hi = float("nan")
+        return self.decide(est, lo, hi)
+
+    def decide(self, est: float, lo: float, hi: float) -> Decision:
+        if self.kind == "equivalence":
+            return decide_equivalence(est, lo, hi, self.margin or MIN_EFFECT["equivalence"])
+        if self.kind == "noninferiority":
+            margin = self.margin if self.margin is not None else MIN_EFFECT["noninferiority"]
+            sign = 1.0 if self.direction == ">" else -1.0
+            return decide_directional(est, lo, hi, self.direction, -sign * margin, 0.0, "noninferiority",
+                                      paper_effect=self.paper_effect)
+        return decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect_for(), self.kind,
+                                  paper_effect=self.paper_effect)
+
+
+@dataclass
+class EveryCheck:
+    """``GainCheck`` in every cell of ``by`` (the 'every' rule)."""
+
+    claim: str
+    by: Sequence[str]
+    cell: GainCheck
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        frame = _filter(frame, self.cell.where)
+        decisions = []
+        for _, part in frame.groupby(list(self.by), dropna=False, sort=True):
+            cell = GainCheck(**{**self.cell.__dict__, "where": {}})
+            decisions.append(cell.evaluate(part, seed, n_boot))
+        return decide_every(decisions)
+
+
+@dataclass
+class TrendCheck:
+    """The gain of ``method`` over ``baseline`` grows (or falls) with the column ``x`` (the trend rule).
+
+    Every cell is bootstrapped with the same resampled prompts. ``gain_of``: 'relative' (mean(a)/mean(b)
+    - 1), 'difference' (mean(a) - mean(b)) or 'level' (mean(a) alone: e.g. BE grows with gamma)."""
+
+    claim: str
+    x: str
+    method: str
+    baseline: str
+    where: Mapping[str, Any] = field(default_factory=dict)
+    direction: str = "increasing"
+    min_effect: float = MIN_EFFECT["trend"]
+    value: str = "expected_tokens"
+    column: str = "verifier"
+    pair_on: str = "tree"
+    gain_of: str = "relative"
+
+    def cells(self, frame, seed: int = 0, n_boot: int = 2000):
+        sums = paired_sums(_filter(frame, self.where), self.method, self.baseline, [self.x], self.column,
+                           self.value, self.pair_on)
+        clusters = sorted(sums["_cluster"].unique())
+        table = _gain_table(sums, [self.x], clusters, True)
+        idx = bootstrap_indices(len(clusters), n_boot, seed) if len(clusters) >= 2 else None
+        xs, points, boots = [], [], []
+        for key, (a, b, n) in table.items():
+            xs.append(key[0])
+            if self.gain_of == "relative":
+                f = lambda ii=None: _stat(a, b, n, ii, True)
+            elif self.gain_of == "difference":
+                f = lambda ii=None: _stat(a, b, n, ii, False)
+            else:
+                f = lambda ii=None: (a.sum() / n.sum()) if ii is None else a[ii].sum(-1) / n[ii].sum(-1)
+            points.append(float(f()))
+            boots.append(f(idx) if idx is not None else None)
+        return xs, points, boots
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        xs, points, boots = self.cells(frame, seed, n_boot)
+        if len(points) < 2:
+            raise ValueError(f"a trend needs at least two values of {self.x!r}")
+        contrast = points[-1] - points[0]
+        sign = 1.0 if self.direction == "increasing" else -1.0
+        if boots[0] is None:
+            lo = hi = float("nan")
+            reversed_steps = 0
+        else:
+            lo, hi = _ci(boots[-1] - boots[0])
+            reversed_steps = 0
+            for left, right in zip(boots, boots[1:]):
+                s_lo, s_hi = _ci(sign * (right - left))
+                reversed_steps += s_hi < 0
+        d = decide_trend(contrast, lo, hi, reversed_steps, self.direction, self.min_effect)
+        steps = ", ".join(f"{x}: {100 * p:+.2f}%" for x, p in zip(xs, points)) if self.gain_of != "level" else \
+            ", ".join(f"{x}: {p:.3f}" for x, p in zip(xs, points))
+        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "trend", f"{d.detail}; {steps}", d.power)
+
+
+@dataclass
+class IdentityCheck:
+    """An exact identity per tree: max |value(method) - value(baseline)| over matched trees <= tol."""
+
+    claim: str
+    method: str
+    baseline: str
+    where: Mapping[str, Any] = field(default_factory=dict)
+    value: str = "expected_tokens"
+    column: str = "verifier"
+    tol: float = MIN_EFFECT["exact"]
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        frame = _filter(frame, self.where)
+        keys = [k for k in ("prompt_id", "step", "draw", "view", "shape", "temperature", "seed") if k in frame.columns]
+        piv = frame[frame[self.column].isin([self.method, self.baseline])].pivot_table(
+            index=keys, columns=self.column, values=self.value)
+        if self.method not in piv or self.baseline not in piv:
+            raise ValueError(f"no trees evaluated by both {self.method!r} and {self.baseline!r}")
+        return decide_exact(float((piv[self.method] - piv[self.baseline]).abs().max()), self.tol)
+
+
+def first_level_decision(first_level, margin: float = MIN_EFFECT["equivalence"], tol: float = 1e-9) -> Decision:
+    """The P(tau >= 1) identity of Traversal Verification (traversal_identity module docstring).
+
+    ``first_level``: `traversal_identity.first_level_frame` (per tree: token, traversal, traversal_rb).
+    The claim is an identity in expectation over drafting, so it is checked EXACTLY on the
+    Rao-Blackwellised traversal value (max |traversal_rb - token| over trees <= tol: the 'exact' rule);
+    the sampled per-tree difference (mean 0 given each context, skewed) is reported beside it as
+    mean +- 1.96 SE over contexts (`traversal_identity.martingale_z`), relative to token's mean."""
+    rb = first_level.dropna(subset=["traversal_rb"])
+    if rb.empty:
+        raise ValueError("no tree with a Rao-Blackwellised traversal value (depth-2 i.i.d. trees needed)")
+    d = decide_exact(float((rb["traversal_rb"] - rb["token"]).abs().max()), tol)
+    z = martingale_z(first_level)
+    base = float(first_level["token"].mean())
+    rel, se = z["mean"] / base, z["se"] / base
+    return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "exact",
+                    f"{d.detail} over {len(rb)} trees (Rao-Blackwellised); sampled difference "
+                    f"{100 * rel:+.2f}% +- {196 * se:.2f}% ({z['trees']} trees, {z['contexts']} contexts, "
+                    f"z = {z['z']:+.2f}; equivalence margin {100 * margin:g}%)")
+
+
+def evaluate(checks: Iterable[Any], frame, seed: int = 0, n_boot: int = 2000):
+    """Apply every check to ``frame``; returns a DataFrame claim, rule, verdict, estimate, CI, detail."""
+    rows = []
+    for check in checks:
+        d = check.evaluate(frame, seed, n_boot)
+        rows.append({"claim": check.claim, "rule": d.rule, "verdict": d.verdict, "estimate": d.estimate,
+                     "ci_low": d.ci_low, "ci_high": d.ci_high, "detail": d.detail, "power": d.power})
+    return pd.DataFrame(rows)
+
+
+def seed_stability(checks: Sequence[Any], frame, seeds: Sequence[int] = (0, 1), n_boot: int = 2000,
+                   split_by: str | None = None):
+    """Apply the rules under each bootstrap seed (and, with ``split_by``, e.g. the drafting-seed column,
+    on each part of the data separately) and report whether a claim's verdict depends on the seed.
+
+    Returns a DataFrame: claim, rule, one ``verdict@<seed>`` column per bootstrap seed (and one
+    ``verdict[<split>=<v>]`` per part), ``stable`` and, for unstable claims, the CI ends per seed (a
+    verdict that flips between bootstrap seeds has a CI end within Monte-Carlo error of the null or the
+    margin: report it as 'partly' with that reason, or double ``n_boot``)."""
+    if len(seeds) < 2:
+        raise ValueError("need at least two seeds")
+    rows = []
+    for check in checks:
+        row: dict[str, Any] = {"claim": check.claim}
+        verdicts = []
+        for s in seeds:
+            d = check.evaluate(frame, int(s), n_boot)
+            row["rule"] = d.rule
+            row[f"verdict@{s}"] = d.verdict
+            row[f"ci@{s}"] = (round(d.ci_low, 6), round(d.ci_high, 6))
+            verdicts.append(d.verdict)
+        parts = []
+        if split_by is not None and split_by in frame.columns:
+            for value, part in frame.groupby(split_by, sort=True):
+                try:
+                    v = check.evaluate(part, int(seeds[0]), n_boot).verdict
+                except ValueError:
+                    continue
+                row[f"verdict[{split_by}={value}]"] = v
+                parts.append(v)
+        row["stable_bootstrap"] = len(set(verdicts)) == 1
+        row["stable_split"] = len(set(parts)) <= 1
+        row["stable"] = row["stable_bootstrap"] and row["stable_split"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def to_claim(decision: Decision, paper: str, claim_text: str, paper_value: Any, ours: str | None = None,
+             notes: str = "") -> Claim:
+    """A `results.Claim` record from a decision (``ours`` defaults to the estimate with its CI)."""
+    extra = "; ".join(x for x in (decision.detail, decision.power, notes) if x)
+    return make_claim(paper, claim_text, paper_value, ours if ours is not None else decision.text(), decision.verdict,
+                      notes=f"rule {decision.rule}: {extra}")
+
+
+SEED_DEPENDENT = "seed-dependent verdict"
+STABLE_MARK = "same verdict under bootstrap seeds"
+"""Markers in a claim's notes (`checked_claim`) that the reports' index counts and lists."""
+
+
+def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
+                  n_boot: int = 2000, ours: str | None = None, notes: str = "") -> Claim:
+    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck or IdentityCheck) under each bootstrap seed
+    and record the first seed's decision as a claim. Its notes name the rule and say whether every seed
+    gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
+    the CI end sits within Monte-Carlo error of the null or the margin)."""
+    if len(seeds) < 2:
+        raise ValueError("seeds: need at least two bootstrap seeds")
+    decisions = [check.evaluate(frame, int(s), n_boot) for s in seeds]
+    verdicts = [d.verdict for d in decisions]
+    if len(set(verdicts)) == 1:
+        stability = f"{STABLE_MARK} {', '.join(map(str, seeds))}"
+    else:
+        stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} (seed {s})" for s, v in zip(seeds, verdicts))
+    extra = "; ".join(x for x in (notes, stability) if x)
+    return to_claim(decisions[0], paper, check.claim, paper_value, ours, extra)

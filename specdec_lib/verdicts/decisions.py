@@ -1,0 +1,151 @@
+"""Decisions from an estimate and its CI under a rule: directional, equivalence, exact, every-cell and
+trend decisions, and the power statement."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..results import VERDICTS
+from .rules import MIN_EFFECT
+
+REPRODUCED, PARTLY_V, NOT_REPRODUCED, NA = VERDICTS[0], VERDICTS[1], VERDICTS[2], VERDICTS[3]
+
+
+# ----------------------------------------------------------------------------------------- decisions
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of a rule: verdict, estimate with its 95% CI, the rule kind, a short reason and the
+    power statement ("decided" / "underpowered" / "" when no paper effect was given)."""
+
+    verdict: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+    rule: str
+    detail: str = ""
+    power: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    def text(self, percent: bool = True) -> str:
+        """``+3.20% [+1.10, +5.00]`` (or the plain numbers with ``percent=False``)."""
+        if self.rule == "exact":
+            return f"max |difference| {abs(self.estimate):.1e}"
+        f = 100.0 if percent else 1.0
+        unit = "%" if percent else ""
+        if math.isnan(self.ci_low):
+            return f"{f * self.estimate:+.2f}{unit}"
+        return f"{f * self.estimate:+.2f}{unit} [{f * self.ci_low:+.2f}, {f * self.ci_high:+.2f}]"
+
+
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
+
+
+def decide_directional(estimate: float, ci_low: float, ci_high: float, direction: str = ">", null: float = 0.0,
+                       min_effect: float = 0.0, kind: str = "superiority", exact: bool = False,
+                       paper_effect: float | None = None) -> Decision:
+    """The superiority / noninferiority / threshold rule for "quantity > null" (or "<").
+
+    ``exact=True``: the quantity has no sampling noise (the CI is the point). A missing CI (fewer than
+    two prompts) can never establish a sampled claim: the best verdict is then "partly"."""
+    if direction not in (">", "<"):
+        raise ValueError("direction must be '>' or '<'")
+    estimate = float(estimate)
+    if exact:
+        ci_low = ci_high = estimate
+    lo, hi = float(ci_low), float(ci_high)
+    if not _nan(lo) and lo > hi:
+        raise ValueError(f"empty interval [{lo}, {hi}]")
+    sign = 1.0 if direction == ">" else -1.0
+    e = sign * (estimate - null)
+    clo, chi = (sign * (lo - null), sign * (hi - null)) if sign > 0 else (sign * (hi - null), sign * (lo - null))
+    power = power_statement(lo, hi, paper_effect) if paper_effect is not None and not exact else ""
+    if e <= 0.0:
+        detail = "contradicted (CI on the wrong side)" if not _nan(chi) and chi < 0 else "inconclusive, wrong side"
+        return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, detail, power)
+    if _nan(clo):
+        return Decision(PARTLY_V, estimate, lo, hi, kind, "no CI (fewer than two prompts)", power)
+    if clo <= 0.0:
+        return Decision(PARTLY_V, estimate, lo, hi, kind, "CI includes the null", power)
+    if e < min_effect:
+        return Decision(PARTLY_V, estimate, lo, hi, kind, f"below the minimum effect {min_effect:g}", power)
+    return Decision(REPRODUCED, estimate, lo, hi, kind, "established", power)
+
+
+def decide_equivalence(estimate: float, ci_low: float, ci_high: float, margin: float,
+                       kind: str = "equivalence") -> Decision:
+    """The equivalence rule: reproduced when the CI lies inside (-margin, +margin)."""
+    if not margin > 0:
+        raise ValueError("margin must be > 0")
+    estimate, lo, hi = float(estimate), float(ci_low), float(ci_high)
+    if abs(estimate) >= margin:
+        return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, f"point estimate outside +-{margin:g}")
+    if _nan(lo) or lo <= -margin or hi >= margin:
+        return Decision(PARTLY_V, estimate, lo, hi, kind, f"CI not inside +-{margin:g}")
+    return Decision(REPRODUCED, estimate, lo, hi, kind, f"CI inside +-{margin:g}")
+
+
+def decide_exact(error: float, tol: float = MIN_EFFECT["exact"]) -> Decision:
+    """The exact rule: reproduced iff |error| <= tol (``error`` is a max abs difference, or for an exact
+    inequality the largest violation)."""
+    error = float(error)
+    ok = abs(error) <= tol
+    return Decision(REPRODUCED if ok else NOT_REPRODUCED, error, error, error, "exact",
+                    f"max |difference| {abs(error):.1e} {'<=' if ok else '>'} {tol:g}")
+
+
+def decide_every(decisions: Sequence[Decision]) -> Decision:
+    """The every rule over cell decisions (module docstring)."""
+    if not decisions:
+        raise ValueError("no cells")
+    verdicts = [d.verdict for d in decisions]
+    n_ok = sum(v == REPRODUCED for v in verdicts)
+    if NOT_REPRODUCED in verdicts:
+        verdict = NOT_REPRODUCED
+    elif n_ok == len(verdicts):
+        verdict = REPRODUCED
+    else:
+        verdict = PARTLY_V
+    worst = next(d for d in decisions if d.verdict == verdict)  # the first cell with the claim's verdict
+    return Decision(verdict, worst.estimate, worst.ci_low, worst.ci_high, "every",
+                    f"{n_ok}/{len(decisions)} cells reproduced; least favourable: {worst.detail}")
+
+
+def decide_trend(contrast: float, contrast_low: float, contrast_high: float, reversed_steps: int,
+                 direction: str = "increasing", min_effect: float = MIN_EFFECT["trend"]) -> Decision:
+    """The trend rule (module docstring): the directional rule on the contrast, downgraded to partly
+    when ``reversed_steps`` neighbouring steps are significantly reversed."""
+    d = decide_directional(contrast, contrast_low, contrast_high, ">" if direction == "increasing" else "<",
+                           0.0, min_effect, kind="trend")
+    if d.verdict == REPRODUCED and reversed_steps > 0:
+        return Decision(PARTLY_V, d.estimate, d.ci_low, d.ci_high, "trend",
+                        f"{reversed_steps} neighbouring step(s) significantly reversed")
+    return d
+
+
+def power_statement(ci_low: float, ci_high: float, paper_effect: float | None, alpha: float = 0.05,
+                    power: float = 0.8) -> str:
+    """"decided" when the CI is narrow enough to detect the paper's effect (two-sided ``alpha``, power
+    ``power``), else "underpowered (needs ~Nx the prompts)". With half-width h of the 95% CI, SE = h/1.96
+    and the minimum detectable effect is (z_{1-alpha/2} + z_power) * SE (= 1.43 h at 5% / 80%)."""
+    from scipy.stats import norm  # scipy.stats takes ~0.5 s to import; only power statements need it
+
+    if paper_effect is None or _nan(ci_low) or _nan(ci_high):
+        return "" if paper_effect is None else "underpowered (no CI)"
+    h = (float(ci_high) - float(ci_low)) / 2.0
+    se = h / norm.ppf(0.975)
+    mde = (norm.ppf(1 - alpha / 2) + norm.ppf(power)) * se
+    target = abs(float(paper_effect))
+    if target == 0:
+        raise ValueError("paper_effect must be non-zero")
+    if mde <= target:
+        return "decided"
+    return f"underpowered (minimum detectable {mde:.3g} > paper {target:.3g}; needs ~{(mde / target) ** 2:.1f}x the prompts)"
