@@ -12,7 +12,8 @@ needs no cheap draft, only drafts of higher acceptance at the same contexts. The
    block / ASpS / traversal; binary trees: token / traversal; race-drawn trees: GSS / ERSS; Sequoia DP
    trees without replacement vs SpecInfer k x L i.i.d. trees), through the library's exact machinery
    (`experiments.paired_tokens_by_prompt`);
-3. `sweep_gains`: the paired gains of `COMPARISONS` (`experiments.paired_gain`);
+3. `sweep_gains`: the paired gains of `comparisons` (`experiments.paired_gain`); traversal is compared on
+   its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`);
 4. `run_sweep`: all of it for the real draft (lam = 0) and each goal.
 
 Tokens per step only: the synthetic drafts run a target forward per drafted level, so their timings mean
@@ -205,9 +206,9 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
         Comparison("asps_vs_sps", f"ASpS vs SpS, chain n = {cfg.asps_n}", "asps", "chain", f"chain:{cfg.asps_n}",
                    "asps", "token"),
         Comparison("traversal_chain", f"traversal vs token, chain depth {cfg.traversal_depth}", "traversal", "chain",
-                   f"chain:{cfg.traversal_depth}", "traversal", "token"),
+                   f"chain:{cfg.traversal_depth}", "traversal_rb", "token"),
         Comparison("traversal_binary", f"traversal vs token, binary depth {cfg.binary_depth}", "traversal", "binary",
-                   f"binary:d{cfg.binary_depth}", "traversal", "token"),
+                   f"binary:d{cfg.binary_depth}", "traversal_rb", "token"),
         Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
                    "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", pair_on="prompt"),
         Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "race",
@@ -340,12 +341,12 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
         lengths = sorted({1, cfg.block_gamma, cfg.asps_n, cfg.traversal_depth, cfg.chain})
         views = {f"chain:{n}": (lambda t, n=n: E.truncate_chain(t, n)) for n in lengths if n <= cfg.chain}
         frames.append(E.paired_tokens_by_prompt(pair, prompts, f"chain:{cfg.chain}", "iid", T,
-                                                ["token", "block", "asps", "traversal"], views=views,
+                                                ["token", "block", "asps", "traversal", "traversal_rb"], views=views,
                                                 labels={"experiment": "chain"}, advance="traversal",
                                                 copies=cfg.copies, **common))
     if "binary" in cfg.experiments:
         d = cfg.binary_depth
-        frames.append(E.paired_tokens_by_prompt(pair, prompts, f"binary:{d + 1}", "iid", T, ["token", "traversal"],
+        frames.append(E.paired_tokens_by_prompt(pair, prompts, f"binary:{d + 1}", "iid", T, ["token", "traversal", "traversal_rb"],
                                                 views={f"binary:d{d}": lambda t: t}, labels={"experiment": "binary"},
                                                 advance="traversal", copies=cfg.binary_copies, **common))
     if "race" in cfg.experiments:
