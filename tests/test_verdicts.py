@@ -212,7 +212,7 @@ def test_first_level_decision_is_exact_and_reports_the_sampled_difference():
 # ----- notebook expressions -> rules -----------------------------------------------------------------
 
 def _notebook_claims():
-    """(notebook, kind, claim text literal) for every R.claim / R.not_applicable call in notebooks."""
+    """(notebook, kind, claim text literal) for every R.claim / R.not_applicable / V.checked_claim call in notebooks."""
     out = []
     for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
         nb = json.loads(path.read_text())
@@ -220,10 +220,14 @@ def _notebook_claims():
             if cell["cell_type"] != "code":
                 continue
             src = "".join(cell["source"])
-            for m in re.finditer(r"R\.(claim|not_applicable)\(\s*(?:\w+|\"[^\"]*\")\s*,\s*(f?\"[^\"]*\")", src):
-                literal = m.group(2)
+            calls = [(m.group(1), m.group(2)) for m in
+                     re.finditer(r"R\.(claim|not_applicable)\(\s*(?:\w+|\"[^\"]*\")\s*,\s*(f?\"[^\"]*\")", src)]
+            # claims decided by a written rule: the claim text is the check's first argument
+            calls += [("checked", m.group(1)) for m in
+                      re.finditer(r"V\.checked_claim\(\s*V\.\w+Check\(\s*(f?\"[^\"]*\")", src)]
+            for kind, literal in calls:
                 text = literal[2:-1] if literal.startswith("f") else literal[1:-1]
-                out.append((path.stem, m.group(1), text))
+                out.append((path.stem, kind, text))
     return out
 
 
