@@ -17,7 +17,7 @@ Algorithms 5-6). It is ``None`` for every other verifier. The decode loop thread
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Generator, Iterator
 
 import torch
 
@@ -103,3 +103,36 @@ def require_chain(tree: DraftTree, name: str) -> None:
     if not tree.is_chain:
         raise ValueError(f"verifier {name!r} handles chains only (parents = [-1, 0, 1, ...]); "
                          f"this tree branches")
+
+
+NodeTrials = Callable[[int], Generator[tuple[int, float], None, torch.Tensor]]
+"""``trials(node)``: a generator over the node's children in the order the verifier tries them, yielding
+``(child, a)`` with ``a`` = P(the child is accepted | the node is reached and every earlier child was
+rejected); it returns (StopIteration value) the node's final row: the law of the extra token when every
+child is rejected."""
+
+
+def sequential_law(tree: DraftTree, trials: NodeTrials) -> torch.Tensor:
+    """Exact law ``[N+1, V]`` of a verifier that walks down from the root and, at each node it reaches,
+    tries the children one after another (token-level RRS, SpecTr's K-SEQ, match): P(reach child) =
+    P(reach node) * P(all earlier siblings rejected) * a, and the node's row is P(reach node) *
+    P(all rejected) * final row. Parents precede children, so one pass in index order suffices."""
+    out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
+    reach = [0.0] * tree.num_nodes
+    reach[0] = 1.0
+    for node in range(tree.num_nodes):
+        if reach[node] == 0.0:
+            continue
+        walk: Iterator = trials(node)
+        survive = 1.0
+        while True:
+            try:
+                child, a = next(walk)
+            except StopIteration as end:
+                out[node] = (reach[node] * survive) * end.value
+                break
+            reach[child] = reach[node] * survive * a
+            survive *= 1.0 - a
+            if survive == 0.0:  # every later child and the final row are unreachable
+                break
+    return out

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical
+from .base import Verdict, Verifier, sample_categorical, sequential_law
 from .token_level import target_row
 
 NAME = "match"
@@ -45,19 +45,19 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
 
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     tokens = tree.tokens.tolist()
-    out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
-    reach = [0.0] * tree.num_nodes
-    reach[0] = 1.0
-    for node in range(tree.num_nodes):
-        if reach[node] == 0.0:
-            continue
-        p = target_row(tree, node)
-        row = reach[node] * p
+
+    def trials(node: int):
+        # child c (first of its token x) is followed with probability p(x) = P(no earlier child's token)
+        # * p(x) / P(no earlier child's token): the sequential form `sequential_law` takes
+        p = target_row(tree, node).clone()
+        left = 1.0
         for x, c in _first_child_by_token(tree, node, tokens).items():
-            reach[c] = reach[node] * float(p[x])
-            row[x] = 0.0
-        out[node] = row
-    return out
+            yield c, float(p[x]) / left if left > 0.0 else 0.0
+            left -= float(p[x])
+            p[x] = 0.0
+        return p / left if left > 0.0 else p
+
+    return sequential_law(tree, trials)
 
 
 def check(tree: DraftTree) -> None:

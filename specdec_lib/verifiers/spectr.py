@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, uniform
+from .base import Verdict, Verifier, sample_categorical, sequential_law, uniform
 from .token_level import check_consistent_draws, draft_row, target_row
 
 NAME = "spectr"
@@ -137,20 +137,14 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
 
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     tokens = tree.tokens.tolist()
-    out = torch.zeros(tree.num_nodes, tree.vocab_size, dtype=torch.float64)
-    reach = [0.0] * tree.num_nodes
-    reach[0] = 1.0
-    for node in range(tree.num_nodes):
-        if reach[node] == 0.0:
-            continue
+
+    def trials(node: int):
         sel = _Selection(tree, node)
-        survive = 1.0
         for child in tree.children[node]:
-            a = sel.accept_prob(tokens[child])
-            reach[child] = reach[node] * survive * a
-            survive *= 1.0 - a
-        out[node] = reach[node] * survive * sel.final()
-    return out
+            yield child, sel.accept_prob(tokens[child])
+        return sel.final()
+
+    return sequential_law(tree, trials)
 
 
 def check(tree: DraftTree) -> None:

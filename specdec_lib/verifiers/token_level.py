@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, uniform
+from .base import Verdict, Verifier, sample_categorical, sequential_law, uniform
 
 NAME = "token"
 
@@ -241,28 +241,19 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     """Exact law [N+1, V] of (path end node, extra token) given the tree."""
     rule = proposal_rule(tree.sampling)
-    n, vocab = tree.num_nodes, tree.vocab_size
-    out = torch.zeros(n, vocab, dtype=torch.float64)
-    reach = [0.0] * n
-    reach[0] = 1.0
-    for node in range(n):  # parents precede children, so reach[node] is final here
-        if reach[node] == 0.0:
-            continue
+
+    def trials(node: int):
         target = Row.of(tree.target_probs[node])
-        survive = 1.0
         if tree.children[node]:
             proposal = Proposal(tree, node, rule)
             for child in tree.children[node]:
                 x = _child_token(tree, child)
                 proposal.expect(x)
-                a = min(1.0, target.at(x) / draw_prob(proposal, x, child))
-                reach[child] = reach[node] * survive * a
-                survive *= 1.0 - a
-                if survive == 0.0:
-                    break
+                yield child, min(1.0, target.at(x) / draw_prob(proposal, x, child))
                 target = _reject(target, proposal, x)
-        out[node] = (reach[node] * survive) * target.dense()
-    return out
+        return target.dense()
+
+    return sequential_law(tree, trials)
 
 
 def check_consistent_draws(tree: DraftTree, name: str) -> None:
