@@ -347,7 +347,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
         timing["target"] = 0.0
         _sync(draft, target)
         t0 = time.perf_counter()
-        tree = draw_tree(parents, tsess.fixed[-1], draft_fn, sampling, gen, target_fn=target_fn)
+        tree = draw_tree(parents, tsess.fixed[-1], draft_fn, sampling, gen).scored_by(target_fn)
         _sync(draft, target)
         t1 = time.perf_counter()
         verdict = verify(verifier, tree, gen, state)

@@ -1,6 +1,6 @@
 """Drawing a draft tree from a draft model, one level per draft call.
 
-`draw_tree(shape_parents, root_token, draft_fn, sampling, generator, target_fn=None)` grows the tree
+`draw_tree(shape_parents, root_token, draft_fn, sampling, generator)` grows the tree
 of a fixed shape (a parent list in level order, see `tree.level_order`) level by level: at level d it
 calls ``draft_fn`` once for all internal nodes of depth d (so a real model runs one tree-attention
 forward per level) and draws each node's children from its draft row:
@@ -57,7 +57,12 @@ class DraftPieces:
     race: torch.Tensor | None = None
 
     def with_target(self, target_probs: torch.Tensor) -> DraftTree:
+        """The complete tree, given the target's rows ``[N+1, V]`` after every node's path."""
         return DraftTree(self.tokens, self.parents, self.draft_probs, target_probs, self.sampling, self.race)
+
+    def scored_by(self, target_fn: TargetFn) -> DraftTree:
+        """The complete tree, scored by ``target_fn(tokens, parents)`` (one target call for the whole tree)."""
+        return self.with_target(target_fn(self.tokens.clone(), self.parents.tolist()))
 
 
 def _check_rows(rows: torch.Tensor, nodes: list[int], vocab: int | None) -> None:
@@ -181,11 +186,10 @@ def draw_children(q: torch.Tensor, k: int, sampling: str, generator: torch.Gener
 
 
 def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, sampling: str,
-              generator: torch.Generator, target_fn: TargetFn | None = None) -> DraftTree | DraftPieces:
-    """Draft a tree of the given shape (module docstring).
-
-    Returns the complete `DraftTree` when ``target_fn`` is given, else the `DraftPieces` (tokens,
-    parents, draft rows, race) to be scored with ``pieces.with_target(target_probs)``.
+              generator: torch.Generator) -> DraftPieces:
+    """Draft a tree of the given shape (module docstring): the `DraftPieces` (tokens, parents, draft
+    rows, race). Drafting never calls the target; score the pieces afterwards with
+    ``pieces.scored_by(target_fn)`` or ``pieces.with_target(target_probs)``.
     """
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
@@ -222,10 +226,7 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
         draft_probs = rows.clone()
         if sampling == "race":
             race = torch.ones(n, rows.shape[1], dtype=torch.float64)
-    pieces = DraftPieces(tokens, torch.tensor(parents, dtype=torch.long), draft_probs, sampling, race)
-    if target_fn is None:
-        return pieces
-    return pieces.with_target(target_fn(tokens.clone(), list(parents)))
+    return DraftPieces(tokens, torch.tensor(parents, dtype=torch.long), draft_probs, sampling, race)
 
 
 def paths(tokens: torch.Tensor, parents: Sequence[int], prefix: Sequence[int] = ()) -> list[tuple[int, ...]]:

@@ -114,8 +114,8 @@ def test_one_draft_call_per_level(sampling):
     prefix = (3, 1)
     parents = parse_shape("parents:-1,0,0,1,1,2,3,3")  # levels: {0}, {1,2}, {3,4,5}, {6,7}
     rec = _Recorder(draft, prefix)
-    tree = draw_tree(parents, prefix[-1], rec, sampling, torch.Generator().manual_seed(0),
-                     context_target_fn(target.probs, prefix))
+    tree = draw_tree(parents, prefix[-1], rec, sampling, torch.Generator().manual_seed(0)).scored_by(
+        context_target_fn(target.probs, prefix))
     assert isinstance(tree, DraftTree) and tree.sampling == sampling
     assert [c[2] for c in rec.calls] == [[0], [1, 2], [3]]  # internal nodes only, per level
     assert [len(c[1]) for c in rec.calls] == [1, 3, 6]      # the tree drawn so far
@@ -156,8 +156,8 @@ def test_tree_law_matches_exact_enumeration(sampling):
 
 def test_root_only_tree():
     target, draft = random_markov_pair(4, 0.5, seed=0, eos=False)
-    tree = draw_tree([-1], 2, context_draft_fn(draft.probs, (2,)), "iid", torch.Generator(),
-                     context_target_fn(target.probs, (2,)))
+    tree = draw_tree([-1], 2, context_draft_fn(draft.probs, (2,)), "iid", torch.Generator()).scored_by(
+        context_target_fn(target.probs, (2,)))
     assert tree.num_nodes == 1 and tree.vocab_size == 4
 
 

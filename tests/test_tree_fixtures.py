@@ -352,7 +352,7 @@ def _race_index_counts(P, Q, k, n, seed):
     gen = torch.Generator().manual_seed(seed)
     counts = Counter()
     for _ in range(n):
-        tree = draw_tree(batch(k, 1), 0, draft_fn, "race", gen, target_fn)
+        tree = draw_tree(batch(k, 1), 0, draft_fn, "race", gen).scored_by(target_fn)
         law = exact_law("erss", tree)  # deterministic at the root: the accepted child (or none)
         counts[int(torch.nonzero(law.sum(1))[0])] += 1
     return counts
@@ -385,5 +385,5 @@ def test_erss_t6_identical_models_accept_everything():
         assert expected_step_tokens("token", target, draft, (0,), chain_parents(k), "without_replacement") == \
             pytest.approx(k + 1, abs=EXACT)
         for _ in range(20):
-            tree = draw_tree(chain_parents(k), 0, draft_fn, "race", gen, target_fn)
+            tree = draw_tree(chain_parents(k), 0, draft_fn, "race", gen).scored_by(target_fn)
             assert expected_tokens("erss", tree) == pytest.approx(k + 1, abs=EXACT)

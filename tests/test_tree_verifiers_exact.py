@@ -206,7 +206,7 @@ def _random_tree(sampling, parents, vocab=4, seed=3):
     target, draft = random_markov_pair(vocab, 0.8, seed=seed, eos=False)
     prefix = (1,)
     return draw_tree(list(parents), prefix[-1], context_draft_fn(draft.probs, prefix), sampling,
-                     torch.Generator().manual_seed(seed), context_target_fn(target.probs, prefix))
+                     torch.Generator().manual_seed(seed)).scored_by(context_target_fn(target.probs, prefix))
 
 
 @pytest.mark.parametrize("verifier, sampling", [
@@ -230,7 +230,7 @@ def test_sampler_matches_exact_law_with_the_uniform_fallback(verifier):
     p = torch.softmax(torch.randn(7, 4, generator=gen, dtype=torch.float64), -1)
     parents = [-1, 0, 0, 0, 1, 1, 1]
     tree = draw_tree(parents, 0, lambda toks, par, nodes: q[[t % 4 for t in nodes]], "without_replacement",
-                     gen, lambda toks, par: p)
+                     gen).scored_by(lambda toks, par: p)
     assert tree.tokens[3] in (1, 3) and tree.tokens[6] in (0, 2)  # third children from the fallback
     _sampler_vs_law(verifier, tree)
 
@@ -254,7 +254,7 @@ def _end_to_end_counts(sample, sampling, n, seed):
     target_fn = context_target_fn(target.probs, PREFIX)
     counts = Counter()
     for _ in range(n):
-        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, sampling, gen, target_fn)
+        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, sampling, gen).scored_by(target_fn)
         out = sample(tree, gen).emitted(tree)
         while len(out) < 3:
             out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))

@@ -61,7 +61,7 @@ def _tree(kind, sampling, seed=3, vocab=4):
     target, draft = random_markov_pair(vocab, 0.8, seed=seed, eos=False)
     prefix = (1,)
     return draw_tree(KINDS[kind], prefix[-1], context_draft_fn(draft.probs, prefix), sampling,
-                     torch.Generator().manual_seed(seed), context_target_fn(target.probs, prefix))
+                     torch.Generator().manual_seed(seed)).scored_by(context_target_fn(target.probs, prefix))
 
 
 def _relabelled(tree, sampling):

@@ -106,8 +106,8 @@ def _toy_race_tree(target, draft, context: list[int], parents: list[int], genera
             out.append(lm.probs(tuple(context) + tuple(path[::-1])))
         return torch.stack(out).to(torch.float64)
 
-    return draw_tree(parents, context[-1], lambda t, p, n: rows(draft, t, p, n), "race", generator,
-                     target_fn=lambda t, p: rows(target, t, list(p), range(len(p))))
+    pieces = draw_tree(parents, context[-1], lambda t, p, n: rows(draft, t, p, n), "race", generator)
+    return pieces.scored_by(lambda t, p: rows(target, t, list(p), range(len(p))))
 
 
 def _collect_toy(pair: Pair, prompt: PromptIds, parents: list[int], sampling: str, temperature: float,
