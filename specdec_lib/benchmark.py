@@ -39,9 +39,14 @@ from typing import Sequence
 
 import torch
 
+from . import __version__
 from .data import Prompt, load_prompts
 from .decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
+from .models import load_model
+from .progress import tqdm
 from .sampling import process_logits
+from .theory import positional_acceptance
+from .verifiers import get_verifier
 
 __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector", "machine_info",
            "default_output_path"]
@@ -70,9 +75,8 @@ def machine_info(device=None) -> dict:
 
 
 def _versions() -> dict:
+    # lazy: transformers takes seconds to import; only model loading needs it
     import transformers
-
-    from . import __version__
 
     return {"torch": torch.__version__, "transformers": transformers.__version__, "specdec_lib": __version__}
 
@@ -89,8 +93,6 @@ def measure_acceptance_vector(target, draft, prompts: Sequence[Prompt], temperat
     """Sequoia's positional acceptance vector p_1..p_K (docs/methods/sequoia.md §2.1) on target-sampled
     continuations of ``prompts``: target / draft rows at every generated position, then
     `theory.positional_acceptance` with sampling without replacement (Monte Carlo over rejected draws)."""
-    from .theory import positional_acceptance
-
     p_rows, q_rows = [], []
     for i, prompt in enumerate(prompts):
         ids = target.encode(prompt.text)
@@ -134,8 +136,6 @@ def _parse_method(name: str) -> dict:
     if len(parts) not in (2, 3) or not all(parts):
         raise ValueError(f"unknown method {name!r}: use 'autoregressive', 'hf_assisted' or "
                          f"'<verifier>/<shape>[/<sampling>]' such as 'block/chain:4' or 'token/sequoia:16x6'")
-    from .verifiers import get_verifier
-
     verifier, shape = parts[0], parts[1]
     get_verifier(verifier)
     if len(parts) == 3:
@@ -186,6 +186,7 @@ def _hf_draft_settings(draft) -> dict:
     """HF's assisted-decoding draft-length settings as HF resolves them: the draft's generation config, with
     transformers' global defaults for unset fields (in 5.x: 20 tokens, "constant" schedule, and drafting
     stops early when the draft's confidence falls below 0.4; the "heuristic" schedules adapt the length)."""
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import GenerationConfig
 
     config = getattr(draft.model, "generation_config", None) or GenerationConfig()
@@ -243,10 +244,6 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
     default ``draft`` when HF can run it (not a feature draft) and the independent draft otherwise. ``prompts``: default the project's held-out prompts.
     """
-    from .progress import tqdm
-
-    from .models import load_model
-
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     specs = [_parse_method(m) for m in methods]

@@ -159,6 +159,7 @@ def load_dataset_prompts(name: str, n: int = 100, path: Path | str | None = None
         rows: Iterable[dict] = read_jsonl(path)
     else:
         try:
+            # lazy: optional: named public datasets need the network and `datasets`
             import datasets
 
             rows = datasets.load_dataset(spec.hf_path, spec.config, split=split, streaming=True)

@@ -28,8 +28,12 @@ from typing import Any, Sequence
 
 import torch
 
+from .drafting import draw_tree
+from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
+from .progress import tqdm
 from .sampling import check_sampling_args, process_logits
-from .tree import DraftTree, parent_depths
+from .theory import sequoia_tree
+from .tree import DraftTree, is_level_order, level_order, parent_depths, parse_shape
 from .verifiers import get_verifier, verify
 from .verifiers.base import sample_categorical
 
@@ -112,8 +116,6 @@ def measured_acceptance_vector(temperature: float | None = None,
     Records may instead hold ``acceptance_vectors`` (temperature string -> list; the nearest temperature
     to ``temperature`` is used, the highest when None) or ``acceptance_vector`` (a list). ValueError
     naming the file when there is no record or it holds no vector."""
-    from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
-
     path = Path(DRAFT_DIR if directory is None else directory) / DRAFT_JSON_FILE
     if not path.is_file():
         raise ValueError(f"no measured acceptance vector: {path} does not exist; pass acceptance_vector=")
@@ -171,22 +173,16 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
             raise ValueError(f"bad Sequoia shape {shape!r}; expected 'sequoia:N' or 'sequoia:NxD'") from None
         if size < 1 or (depth is not None and depth < 1):
             raise ValueError(f"bad Sequoia shape {shape!r}: size and depth must be >= 1")
-        from .theory import sequoia_tree
-
         vector = list(acceptance_vector) if acceptance_vector is not None \
             else measured_acceptance_vector(temperature, record_dir)
         parents, _ = sequoia_tree(vector, size=size, depth=depth)
         parents = [int(p) for p in parents]
     elif isinstance(shape, str):
-        from .tree import parse_shape
-
         parents = [int(p) for p in parse_shape(shape)]
     else:
         raise ValueError(f"unknown tree shape {shape!r}")
     if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents[1:], 1)):
         raise ValueError(f"shape {shape!r} is not a parents list with parents[0] == -1 and parents[i] < i")
-    from .tree import is_level_order, level_order
-
     # drafting grows one level per draft forward, so nodes are relabelled breadth first
     return parents if is_level_order(parents) else level_order(parents)
 
@@ -283,8 +279,6 @@ def _resolve_eos(eos_token_id, ignore_eos: bool, lm) -> int | None:
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    from .progress import tqdm
-
     return tqdm(total=total, disable=not enabled, desc=desc, unit="tok", leave=False)
 
 
@@ -303,8 +297,6 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     tokenizer's EOS (``ignore_eos=True`` never stops early). Returns a `GenerationOutput` whose steps
     hold emitted / accepted / drafted counts and draft / target / verify seconds.
     """
-    from .drafting import draw_tree
-
     check_sampling_args(temperature, top_p)
     get_verifier(verifier)  # unknown verifier -> ValueError before any work
     check_pair(target, draft)

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from .models.synthetic import ToyLM
 from .tree import DraftTree, parent_children, validate_parents
+from .verifiers import get_verifier
 from .verifiers.base import NextStateFn, Verdict, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
@@ -52,7 +53,6 @@ def _resolve(verifier: str | Verifier) -> Verifier:
     if isinstance(verifier, Verifier):
         return verifier
     if isinstance(verifier, str):
-        from .verifiers import get_verifier
         return get_verifier(verifier)
     raise TypeError(f"verifier must be a name or a Verifier, got {type(verifier).__name__}")
 
@@ -449,6 +449,7 @@ def chi_square_pvalue(counts: Counter, law: Law, min_expected: float = 5.0) -> f
     smallest remaining cell if it is still too small). An observed outcome the law gives
     probability 0 returns 0.0 at once.
     """
+    # lazy: scipy.stats takes ~0.5 s to import; only this function needs it
     from scipy.stats import chi2
 
     total_p = sum(law.values())

@@ -26,6 +26,7 @@ _STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (3, 1, 1, 1)),
 
 
 def _plt():
+    # lazy: matplotlib is only needed when a figure is drawn
     import matplotlib.pyplot as plt
 
     return plt
@@ -93,6 +94,7 @@ def _errors(part, y: np.ndarray, lo: str | None, hi: str | None, se: str | None,
 
 def _x_ticks(ax, values: Sequence, logx: bool) -> None:
     """Ticks at the measured x values (when there are few and they are numbers), written plainly on log axes."""
+    # lazy: matplotlib is only needed when a figure is drawn
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     numbers = sorted({float(v) for v in values if isinstance(v, (int, float, np.integer, np.floating))})
@@ -114,6 +116,7 @@ def ci_lines(frame, x: str, y: str = "mean", lo: str | None = "ci_low", hi: str 
     per ``col`` value. The interval is ``[lo, hi]`` (absolute values, e.g. a bootstrap CI) or ±1.96 ``se``.
     ``theory``: a column drawn as a dashed line in each group's colour. ``scale`` multiplies y and its
     interval (100 for percent); ``zero`` draws y = 0. Returns the figure (one ErrorbarContainer per group)."""
+    # lazy: matplotlib is only needed when a figure is drawn
     from matplotlib.lines import Line2D
 
     cols = _values(frame, col)
@@ -289,6 +292,7 @@ def positional_law(laws: Mapping[str, Any], prefix: str = "p", max_index: int | 
 
 def errorbar_count(fig) -> int:
     """Number of error-bar lines (ErrorbarContainer) in a figure: one per plotted group."""
+    # lazy: matplotlib is only needed when a figure is drawn
     from matplotlib.container import ErrorbarContainer
 
     return sum(isinstance(c, ErrorbarContainer) for ax in fig.axes for c in ax.containers)

@@ -48,6 +48,7 @@ def _auto_tqdm():
     import) in a Jupyter kernel without ipywidgets -- it then falls back to text bars, which is fine."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="IProgress not found")
+        # lazy: tqdm.auto probes for Jupyter widgets at import
         from tqdm.auto import tqdm as auto
     return auto
 
@@ -63,6 +64,7 @@ def tqdm(*args: Any, disable: bool = False, **kwargs: Any):
     """A progress bar: ``tqdm.auto.tqdm(*args, **kwargs)``, or a disabled ``tqdm.std.tqdm`` (which still
     iterates and counts) when ``disable`` is True or progress is switched off (`enabled`)."""
     if disable or not enabled():
+        # lazy: tqdm.auto probes for Jupyter widgets at import
         from tqdm.std import tqdm as std
 
         return std(*args, disable=True, **kwargs)
@@ -74,6 +76,7 @@ def quiet_loading() -> Iterator[None]:
     """Switch transformers' and huggingface_hub's progress bars off while loading a model (restored after)."""
     quiet_tqdm_import()
     try:
+        # lazy: transformers takes seconds to import; only model loading needs it
         from transformers.utils import logging as hf_logging
     except ImportError:  # transformers is a dependency; loaders without it have nothing to silence
         yield

@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from . import experiments as E
 from .models.interpolated import InterpolatedDraft, InterpolatedToyLM, mix_rows, synthetic_name
+from .theory import (chain_expected_tokens, expected_tokens_positional, k_sequences_expected_tokens,
+                     positional_acceptance, sequoia_tree)
+from .tree import parent_depths, parse_shape
 
 __all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "tune_lambda",
            "interpolated_pair", "SweepConfig", "Comparison", "comparisons", "PaperPoint", "PAPER_POINTS",
@@ -259,8 +263,6 @@ def implied_acceptance(baseline_tokens: float, drafted: int) -> float:
     (`theory.chain_expected_tokens`): the acceptance a paper's own token-verification tokens per step imply.
     Acceptance varies over contexts and the tokens per step are convex in it, so this is an upper estimate
     of the mean acceptance."""
-    from .theory import chain_expected_tokens
-
     if not 1.0 <= baseline_tokens <= drafted + 1:
         raise ValueError(f"baseline tokens {baseline_tokens} outside [1, {drafted + 1}]")
     lo, hi = 0.0, 1.0
@@ -275,8 +277,6 @@ def implied_acceptance(baseline_tokens: float, drafted: int) -> float:
 
 def paper_points(keys: Sequence[str] | None = None):
     """`PAPER_POINTS` as a DataFrame (key, gain, label, implied_acceptance)."""
-    import pandas as pd
-
     rows = [{"key": p.key, "gain": p.gain, "label": p.label, "implied_acceptance": p.implied_acceptance}
             for p in PAPER_POINTS if keys is None or p.key in keys]
     return pd.DataFrame(rows)
@@ -301,8 +301,6 @@ def sequoia_shapes(target_rows: torch.Tensor, draft_rows: torch.Tensor, cfg: Swe
     (`theory.positional_acceptance`, as notebook 05; at most ``cfg.shape_rows`` rows, evenly spaced: the
     Monte Carlo of sampling without replacement costs ~0.15 s per row at V = 49152).
     Returns (sequoia parents, (k, L), p_wr, p_iid)."""
-    from .theory import k_sequences_expected_tokens, positional_acceptance, sequoia_tree
-
     target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
     stride = max(1, math.ceil(target_rows.shape[0] / max(1, cfg.shape_rows)))
     target_rows, draft_rows = target_rows[::stride], draft_rows[::stride]
@@ -333,8 +331,6 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     (`experiments.paired_expected_tokens` columns) with ``experiment`` (chain | binary | race | trees) and,
     for the trees, ``tree`` (Sequoia | SpecInfer), ``shape`` and ``predicted`` (the tree's expected tokens
     under the positional model, `theory.expected_tokens_positional`)."""
-    import pandas as pd
-
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
     frames = []
     if "chain" in cfg.experiments:
@@ -351,15 +347,11 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
                                                 advance="traversal", copies=cfg.binary_copies, **common))
     if "race" in cfg.experiments:
         kb, ks = min(cfg.race_batch, pair.vocab_size - 1), cfg.race_sequence
-        from .tree import parse_shape
-
         views = {f"batch:{cfg.race_batch}": (lambda t, s=parse_shape(f"batch:{kb}x1"): E.restrict_to_shape(t, s)),
                  f"sequence:{ks}": (lambda t, s=parse_shape(f"chain:{ks}"): E.restrict_to_shape(t, s))}
         frames.append(E.paired_tokens_by_prompt(pair, prompts, race_parents(kb, ks), "race", T, ["token", "erss"],
                                                 views=views, labels={"experiment": "race"}, advance="erss", **common))
     if "trees" in cfg.experiments:
-        from .theory import expected_tokens_positional, k_sequences_expected_tokens
-
         P, Q = rows
         seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
         predicted = {"Sequoia": expected_tokens_positional(seq_parents, p_wr),
@@ -375,8 +367,6 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
 
 
 def _depth(parents: Sequence[int]) -> int:
-    from .tree import parent_depths
-
     return max(parent_depths(list(parents))) + 1
 
 
@@ -386,8 +376,6 @@ def sweep_gains(frame, cfg: SweepConfig, n_boot: int = 1000):
     expected tokens under the positional model of the same rows, a paired prediction; NaN elsewhere) and
     ``root_acceptance``: the mean P(first draft accepted) of token verification on the chains (the per-token
     acceptance at the drafted contexts)."""
-    import pandas as pd
-
     rows = []
     for c in comparisons(cfg):
         sub = frame[(frame["experiment"] == c.experiment) & (frame["view"] == c.view)]
@@ -421,8 +409,6 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
               progress: bool = False) -> SweepResult:
     """The real draft (lam = 0) and the synthetic draft tuned to each goal (`tune_lambda_rows` on ``rows``
     = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime."""
-    import pandas as pd
-
     cfg = cfg or SweepConfig()
     P, Q = rows
     base = acceptance(P, Q)

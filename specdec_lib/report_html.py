@@ -112,6 +112,7 @@ def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping
 def add_claims_summary(nb, name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None):
     """Insert the claims summary (`claims_summary_html`) as a markdown cell right after the notebook's title
     cell (its first markdown cell; at the top when it does not start with one). Returns the notebook."""
+    # lazy: notebook tooling is only needed when reports are built
     import nbformat
 
     cell = nbformat.v4.new_markdown_cell(claims_summary_html(name, claims, run))
@@ -126,6 +127,7 @@ def render_html(notebook_path: Path | str, html_path: Path | str, claims: list[M
                 run: Mapping[str, Any] | None = None) -> Path:
     """Render an executed notebook to standalone HTML with nbconvert (written atomically). With ``claims``
     the report opens with its claims table and summary (`add_claims_summary`; ``run``: the run record)."""
+    # lazy: notebook tooling is only needed when reports are built
     import nbformat
     from nbconvert import HTMLExporter
 

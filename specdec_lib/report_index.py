@@ -13,9 +13,8 @@ from typing import Any, Iterable, Mapping
 
 from .report_html import _COLOURS, _cell, split_ci
 from .report_notebooks import NOTEBOOK_DIR, list_notebooks
-from .results import VERDICTS, atomic_write_text, load_claims
+from .results import VERDICTS, Claim, atomic_write_text, load_claims
 from .verdicts import SEED_DEPENDENT, STABLE_MARK
-
 
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
 """Where the runner keeps the claim files it replaced (relative to the reports folder)."""
@@ -75,8 +74,6 @@ def index_rows(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEBO
 
 
 def _records(payload_text: str) -> list[dict[str, Any]]:
-    from .results import Claim
-
     return [asdict(Claim(**r)) for r in json.loads(payload_text)["claims"]]
 
 

@@ -51,6 +51,7 @@ NOT_A_LITERAL = _NotALiteral()
 def notebook_parameters(name: str, notebook_dir: Path | str = NOTEBOOK_DIR) -> dict[str, Any]:
     """The names assigned in notebook ``name``'s cell tagged ``parameters`` with their default values
     (`NOT_A_LITERAL` for a default that is an expression). ValueError when there is no such cell."""
+    # lazy: notebook tooling is only needed when reports are built
     import nbformat
 
     path = Path(notebook_dir) / f"{name}.ipynb"

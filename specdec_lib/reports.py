@@ -52,15 +52,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .report_html import (
-    add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph,
-)
-from .report_index import (
-    PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status, previous_claims,
-)
-from .report_notebooks import (
-    NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters, resolve_notebooks,
-)
+from .report_html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
+from .report_index import (PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status,
+                           previous_claims)
+from .report_notebooks import (NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters,
+                               resolve_notebooks)
 from .results import REPO_ROOT, atomic_write_text, git_revision, load_claims
 
 PROFILES = ("smoke", "default", "full")
@@ -224,6 +220,7 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
     to ``<reports>/failed/<name>.ipynb`` (and ``.html``), and ``status.json`` records the error; the
     staging folder is removed in every case (Ctrl-C included).
     """
+    # lazy: notebook tooling is only needed when reports are built
     import nbformat
     import papermill as pm
 
@@ -354,6 +351,7 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     reports, results_dir = destinations(profile, parameters, reports_dir, results_dir, publish)
     runs = []
     try:
+        # lazy: tqdm.auto probes for Jupyter widgets at import
         from tqdm.auto import tqdm
         bar = tqdm(names, desc=f"notebooks ({profile})", unit="nb", disable=not progress)
     except ImportError:  # tqdm is a dependency; keep the runner usable without it anyway

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from . import tree as tree_mod
 from .tree import DraftTree, chain_parents
 from .verifiers import VERIFIERS, get_verifier, verify
 
@@ -47,7 +48,6 @@ def random_tree(vocab_size: int, parents: Sequence[int], generator: torch.Genera
 
 def _parents_of(shape: str | Sequence[int]) -> list[int]:
     if isinstance(shape, str):
-        from . import tree as tree_mod
         parse = getattr(tree_mod, "parse_shape", None)
         if parse is None:
             raise ValueError(f"shape strings need specdec_lib.tree.parse_shape; give a parents list instead")

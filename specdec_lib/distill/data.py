@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUN_DIR = REPO_ROOT / "distill_runs" / "smollm2-135m-draft"
@@ -132,8 +133,6 @@ def sample_continuations(model, prompts: Sequence[Sequence[int]], max_new_tokens
 
 def save_samples(samples: Sequence[Sample], path: Path | str, dtype: torch.dtype = torch.float16) -> None:
     """Write samples as one safetensors file (flat token / row arrays plus offsets); atomic."""
-    from safetensors.torch import save_file
-
     if not samples:
         raise ValueError("no samples to save")
     full = samples[0].topk_idx is None
@@ -157,8 +156,6 @@ def save_samples(samples: Sequence[Sample], path: Path | str, dtype: torch.dtype
 
 def load_samples(path: Path | str) -> list[Sample]:
     """Inverse of `save_samples` (log-probs keep their stored dtype; the loss casts to float32)."""
-    from safetensors.torch import load_file
-
     t = load_file(str(path))
     samples, tok_at, row_at = [], 0, 0
     for n, start, plen in zip(t["lengths"].tolist(), t["starts"].tolist(), t["prompt_lens"].tolist()):

@@ -15,10 +15,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from .. import theory
 from .data import DEFAULT_RUN_DIR, Sample, load_samples
-from .export import (
-    DEFAULT_EXPORT_DIR, RECORD_FILE, TARGET_NAME, _atomic_json, load_exported, write_head_vocab,
-)
+from .export import DEFAULT_EXPORT_DIR, RECORD_FILE, TARGET_NAME, _atomic_json, load_exported, write_head_vocab
 from .loss import _rows, student_rows
 
 
@@ -113,15 +112,8 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
     With ``keep_top`` the rows are restricted to the union over the chosen rows of each row's ``keep_top``
     most likely target and draft tokens and renormalised (cheaper; the dropped mass is reported as
     ``theory_dropped_mass``, the largest per row of p or q: a poorly trained draft is flat, so the default
-    keeps the whole vocabulary). Returns None when `specdec_lib.theory` lacks these functions."""
-    try:
-        from .. import theory
-    except ImportError:
-        return None
-    positional = getattr(theory, "positional_acceptance", None)
-    index_dist = getattr(theory, "erss_index_distribution", None)
-    if positional is None or index_dist is None:
-        return None
+    keeps the whole vocabulary)."""
+    positional, index_dist = theory.positional_acceptance, theory.erss_index_distribution
     rows_p, rows_q = [], []
     with torch.no_grad():
         for s in eval_samples:
@@ -154,13 +146,7 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
 
 
 def _theory_extras():
-    """`measure_theory` as a per-round hook for `distill` (None when the theory module lacks it)."""
-    try:
-        from .. import theory
-    except ImportError:
-        return None
-    if not (hasattr(theory, "positional_acceptance") and hasattr(theory, "erss_index_distribution")):
-        return None
+    """`measure_theory` as a per-round hook for `distill`."""
     return lambda student, eval_samples: measure_theory(student, eval_samples)
 
 

@@ -9,7 +9,10 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
+from ..models.offline import DRAFT_HEAD_VOCAB_FILE, apply_head_vocab, build_student
+from ..models.subset_head import frequent_tokens
 from .data import REPO_ROOT, _shards, load_samples
 from .loss import trainable_parameters
 
@@ -36,8 +39,6 @@ def export_draft(student, out_dir: Path | str, record: dict, dtype: str = "bfloa
     ``base_model``, ``dtype``). Atomic per file. Returns ``out_dir``. A ``head_vocab.safetensors`` already
     in ``out_dir`` is kept and used when the draft is loaded; the record written here describes the
     full head until `remeasure_export` (``--remeasure``) measures the draft as deployed."""
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.to(getattr(torch, dtype)).cpu().contiguous() for k, v in _student_tensors(student).items()}
@@ -56,10 +57,6 @@ def load_exported(target_model, out_dir: Path | str, head_vocab: bool = False):
     """Student built from ``target_model`` (HF module or LanguageModel) + ``layers.safetensors`` of
     ``out_dir``; with ``head_vocab``, also its sub-vocabulary head when ``out_dir`` has one (then the
     same as ``load_model("smollm2-135m-draft")`` for the committed draft). Training uses the full head."""
-    from safetensors.torch import load_file
-
-    from ..models.offline import apply_head_vocab, build_student  # imports transformers (heavy)
-
     out = Path(out_dir)
     record = json.loads((out / RECORD_FILE).read_text())
     student = build_student(target_model, int(record["num_hidden_layers"]))
@@ -98,11 +95,6 @@ class _RoundedWeights:
 def write_head_vocab(export_dir: Path | str, run_dir: Path | str, size: int) -> dict:
     """Write ``head_vocab.safetensors`` to ``export_dir``: the ``size`` most frequent tokens of the run's
     target-generated training text (`subset_head.frequent_tokens`). Returns its description."""
-    from safetensors.torch import save_file
-
-    from ..models.offline import DRAFT_HEAD_VOCAB_FILE  # imports transformers (heavy)
-    from ..models.subset_head import frequent_tokens  # imports transformers (heavy)
-
     shards = _shards(Path(run_dir))
     if not shards:
         raise ValueError(f"no training text under {Path(run_dir) / 'data'}: run the distillation first")

@@ -11,7 +11,8 @@ from typing import Sequence
 
 import torch
 
-from .data import DEFAULT_RUN_DIR, REPO_ROOT, common_prefix_length
+from ..data import load_prompts
+from .data import DEFAULT_RUN_DIR, common_prefix_length
 from .evaluate import _theory_extras, remeasure_export
 from .export import DEFAULT_EXPORT_DIR, TARGET_NAME
 from .prompts import seed_instructions
@@ -19,16 +20,7 @@ from .train import DistillConfig, distill
 
 
 def _project_prompts(split: str) -> list[str]:
-    """Texts of the project's prompt set (`specdec_lib.data.load_prompts`; while that module is absent,
-    the same records read from ``data/prompts/prompts.jsonl``)."""
-    try:
-        from ..data import load_prompts
-    except ImportError:
-        path = REPO_ROOT / "data" / "prompts" / "prompts.jsonl"
-        if not path.is_file():
-            raise ValueError(f"no project prompts: neither specdec_lib.data nor {path} exists") from None
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [r["text"] for r in rows if split == "all" or r.get("split") == split]
+    """Texts of the project's prompt set of ``split`` (`specdec_lib.data.load_prompts`)."""
     return [p.text for p in load_prompts(split=split)]
 
 
@@ -76,6 +68,8 @@ def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: 
 
 def tiny_llama(vocab_size: int = 64, layers: int = 4, hidden: int = 32, seed: int = 0):
     """A tiny random ``LlamaForCausalLM`` (tied embeddings) for tests and the smoke profile."""
+    # lazy: transformers takes seconds to import; only model loading needs it
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)

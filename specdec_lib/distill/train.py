@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from ..progress import tqdm
 from .data import Sample, _shards, load_samples, sample_continuations, save_samples
 from .evaluate import acceptance_rate, measure_forward_times
-from .export import TARGET_NAME, _RoundedWeights, _atomic_json, export_draft
+from .export import TARGET_NAME, _atomic_json, _RoundedWeights, export_draft
 from .loss import train_step, trainable_parameters
 
 
@@ -62,8 +63,6 @@ class DistillConfig:
 
 def save_checkpoint(run_dir: Path | str, student, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """Trainable weights (float32), AdamW moments and ``state`` (a JSON dict) under ``<run_dir>/ckpt``."""
-    from safetensors.torch import save_file
-
     ckpt = Path(run_dir) / "ckpt"
     ckpt.mkdir(parents=True, exist_ok=True)
     params = trainable_parameters(student)
@@ -88,8 +87,6 @@ def save_checkpoint(run_dir: Path | str, student, optimizer: torch.optim.Optimiz
 
 def load_checkpoint(run_dir: Path | str, student, optimizer: torch.optim.Optimizer) -> dict | None:
     """Restore what `save_checkpoint` wrote; returns the state dict, or None when there is none."""
-    from safetensors.torch import load_file
-
     ckpt = Path(run_dir) / "ckpt"
     if not (ckpt / "state.json").is_file():
         return None

@@ -22,6 +22,11 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
+
+from ..data import load_prompts
+from ..distill import seed_instructions
+from ..models import load_model
 
 __all__ = ["FeatureSample", "sample_with_features", "save_feature_samples", "load_feature_samples",
            "generate_shards", "training_prompts"]
@@ -117,8 +122,6 @@ def sample_with_features(model, prompts: Sequence[Sequence[int]], max_new_tokens
 
 def save_feature_samples(samples: Sequence[FeatureSample], path: Path | str) -> None:
     """One safetensors file (flat arrays plus lengths); written atomically."""
-    from safetensors.torch import save_file
-
     if not samples:
         raise ValueError("no samples to save")
     tensors = {
@@ -138,8 +141,6 @@ def save_feature_samples(samples: Sequence[FeatureSample], path: Path | str) -> 
 
 def load_feature_samples(path: Path | str) -> list[FeatureSample]:
     """Inverse of `save_feature_samples`."""
-    from safetensors.torch import load_file
-
     t = load_file(str(path))
     out, tok_at, row_at = [], 0, 0
     for n, plen in zip(t["lengths"].tolist(), t["prompt_lens"].tolist()):
@@ -155,9 +156,6 @@ def load_feature_samples(path: Path | str) -> list[FeatureSample]:
 def training_prompts(seeds: int = 8000, seed: int = 0) -> list[str]:
     """The project's training prompts first, then ``seeds`` self-made instructions
     (`distill.seed_instructions`)."""
-    from ..data import load_prompts
-    from ..distill import seed_instructions
-
     return [p.text for p in load_prompts("train")] + seed_instructions(seeds, seed=seed)
 
 
@@ -193,8 +191,6 @@ def generate_shards(lm, prompts: Sequence[str], run_dir: Path | str, minutes: fl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..models import load_model
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--run-dir", default="distill_runs/eagle")

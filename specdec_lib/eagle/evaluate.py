@@ -24,10 +24,17 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
 import torch
+from safetensors.torch import load_file
 
+from .. import theory
+from ..data import load_prompts
+from ..models import load_model
+from ..models.offline import DRAFT_DIR
+from ..models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
-from .model import EAGLE_DIR, FeatureDraft, export_feature_draft
+from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft
 from .train import acceptance_by_depth, mean_acceptance
 
 __all__ = ["heldout_samples", "forward_times", "measure", "comparison_frame", "category_frame", "main"]
@@ -39,8 +46,6 @@ def heldout_samples(lm, path: Path | None, new_tokens: int = 96, batch: int = 16
                     per_category: int | None = None) -> tuple[list[FeatureSample], list[str]]:
     """Target continuations of every held-out prompt (or the first ``per_category`` of each category)
     and their categories; cached in ``path`` when given."""
-    from ..data import load_prompts
-
     prompts = load_prompts("heldout", per_category=per_category)
     if path is not None and path.is_file():
         samples = load_feature_samples(path)
@@ -87,8 +92,6 @@ def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repe
 def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], categories: Sequence[str],
             depth: int = 8) -> dict:
     """The evaluation part of the record (module docstring)."""
-    from .. import theory
-
     result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
     by_category = {}
     for cat in dict.fromkeys(categories):
@@ -116,8 +119,6 @@ def comparison_frame(record: dict):
     """Acceptance by depth and temperature of the feature draft beside the independent draft it started
     from, on the same held-out positions (both measured by `main`): a long DataFrame with columns
     ``draft``, ``temperature``, ``depth``, ``acceptance``."""
-    import pandas as pd
-
     ev = record["evaluation"]
     rows = []
     for label, table in (("feature draft (smollm2-135m-eagle)", ev["acceptance_by_depth"]),
@@ -130,8 +131,6 @@ def comparison_frame(record: dict):
 
 def category_frame(record: dict, temperature: str = "1.0", depth: int = 1):
     """The feature draft's acceptance per prompt category at one temperature and depth."""
-    import pandas as pd
-
     by_cat = record["evaluation"]["acceptance_by_category"]
     return pd.DataFrame([{"category": c, "acceptance": v[temperature][depth - 1]} for c, v in by_cat.items()])
 
@@ -146,13 +145,6 @@ def _loss_curve(run_dir: Path) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from safetensors.torch import load_file
-
-    from ..models import load_model
-    from ..models.offline import DRAFT_DIR
-    from ..models.subset_head import use_subset_head
-    from .model import build_feature_draft
-
     ap = argparse.ArgumentParser(description="measure (and export) the feature draft")
     ap.add_argument("--run-dir", default="distill_runs/eagle")
     ap.add_argument("--export", action="store_true", help=f"write the draft and its record to {EAGLE_DIR}")

@@ -24,9 +24,11 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..models.offline import EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
+from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
+from ..models.subset_head import use_subset_head
 
 __all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
            "load_feature_draft"]
@@ -44,6 +46,7 @@ class FeatureDraft(nn.Module):
     def __init__(self, student):
         super().__init__()
         hidden = int(student.config.hidden_size)
+        # lazy: transformers takes seconds to import; only model loading needs it
         from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
         self.student = student
@@ -93,10 +96,6 @@ def _num_layers(state: dict) -> int:
 def build_feature_draft(target_lm, init_dir: Path | str | None = None) -> FeatureDraft:
     """A `FeatureDraft` on the target's device and dtype, its layers copied from the independent draft
     in ``init_dir`` (default: ``data/models/smollm2-135m-draft``) and its feature input zero."""
-    from safetensors.torch import load_file
-
-    from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE
-
     init_dir = Path(init_dir) if init_dir is not None else DRAFT_DIR
     layers = load_file(str(init_dir / DRAFT_LAYERS_FILE))
     num = 1 + max(int(k.split(".")[2]) for k in layers if k.startswith("model.layers."))
@@ -110,8 +109,6 @@ def build_feature_draft(target_lm, init_dir: Path | str | None = None) -> Featur
 def export_feature_draft(draft: FeatureDraft, out_dir: Path | str, record: dict,
                          head_vocab: torch.Tensor | None = None) -> Path:
     """Write the weights (bfloat16), the head vocabulary and ``draft.json`` to ``out_dir``."""
-    from safetensors.torch import save_file
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in draft.trainable_state().items()},
@@ -125,10 +122,6 @@ def export_feature_draft(draft: FeatureDraft, out_dir: Path | str, record: dict,
 def load_feature_draft(target_lm, directory: Path | str = EAGLE_DIR, subset_head: bool = True) -> FeatureDraft:
     """The exported feature draft on the target's device and dtype (with its sub-vocabulary head when
     ``head_vocab.safetensors`` is there and ``subset_head``)."""
-    from safetensors.torch import load_file
-
-    from ..models.subset_head import use_subset_head
-
     directory = Path(directory)
     path = directory / WEIGHTS_FILE
     if not path.is_file():

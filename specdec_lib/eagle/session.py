@@ -19,10 +19,13 @@ Two sessions cooperate, data flowing one way per step:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import torch
 
+from ..models.cpu_linear import use_small_batch_linear
 from ..models.hf import KVSession, LanguageModel
-from .model import FeatureDraft
+from ..models.offline import load_target
+from .model import EAGLE_DIR, EAGLE_NAME, FeatureDraft, load_feature_draft
 
 __all__ = ["FeatureTargetSession", "FeatureDraftSession", "FeatureDraftLM", "load_feature_draft_lm"]
 
@@ -118,8 +121,6 @@ class FeatureDraftLM:
     sessions read their features from the target session they are given."""
 
     def __init__(self, draft: FeatureDraft, target: LanguageModel, name: str, record_dir=None):
-        from ..models.cpu_linear import use_small_batch_linear
-
         self.draft = draft.eval()
         self.target = target
         self.record_dir = record_dir  # its draft.json: Sequoia's measured acceptance vector (sequoia:N shapes)
@@ -173,9 +174,6 @@ def load_feature_draft_lm(target: LanguageModel | None = None, device=None, dtyp
                           directory=None) -> FeatureDraftLM:
     """The committed feature draft (``data/models/smollm2-135m-eagle``) as a `FeatureDraftLM`, built
     on ``target`` (default: the offline target in ``dtype`` on ``device``)."""
-    from ..models.offline import load_target
-    from .model import EAGLE_DIR, EAGLE_NAME, load_feature_draft
-
     if target is None:
         target = load_target(device=device, dtype=dtype)
     directory = EAGLE_DIR if directory is None else directory

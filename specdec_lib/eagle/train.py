@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import time
@@ -34,9 +33,13 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors.torch import load_file
 
+from ..models import load_model
+from ..models.offline import DRAFT_DIR
+from ..models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples
-from .model import FeatureDraft
+from .model import FeatureDraft, build_feature_draft
 
 __all__ = ["Packed", "pack", "level_mask", "draft_levels", "subset_topk_kl", "train_loss",
            "acceptance_by_depth", "mean_acceptance", "main"]
@@ -236,11 +239,6 @@ def _batches(samples: list[FeatureSample], tokens_per_batch: int, rng: random.Ra
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..models import load_model
-    from ..models.offline import DRAFT_DIR
-    from ..models.subset_head import use_subset_head
-    from safetensors.torch import load_file
-
     ap = argparse.ArgumentParser(description="train the feature draft (resumable)")
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--run-dir", default="distill_runs/eagle")
@@ -258,8 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt = run / "checkpoint.pt"
     log_path = run / "train_log.jsonl"
     lm = load_model("smollm2-135m-instruct")
-    from .model import build_feature_draft
-
     draft = build_feature_draft(lm)
     use_subset_head(draft.student, load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"])
     params_inject = list(draft.inject.parameters()) + list(draft.feature_norm.parameters())

@@ -16,6 +16,7 @@ Benchmarks never assert times; the tests check the arithmetic and the JSON round
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -28,6 +29,8 @@ from typing import Mapping, Sequence
 
 import torch
 
+from ..models import load_model
+from ..models.cpu_linear import SmallBatchLinear, use_small_batch_linear
 from .cost_model import _times
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "hardware"
@@ -84,6 +87,7 @@ def _shape_key(name: str) -> str:
 
 def shape_config(name: str, num_layers: int | None = None):
     """A ``LlamaConfig`` with the published shape of ``name`` (see ``SHAPES``), optionally fewer layers."""
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import LlamaConfig
 
     key = _shape_key(name)
@@ -113,9 +117,8 @@ def shape_only_model(name: str, dtype: torch.dtype | str = torch.float32, device
     The model is built directly on ``device`` in ``dtype`` and put in eval mode; on a CPU in float32 its
     linear layers are `models.cpu_linear.SmallBatchLinear`, as in every `LanguageModel` decoding uses.
     """
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import LlamaForCausalLM
-
-    from ..models.cpu_linear import use_small_batch_linear
 
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
@@ -206,6 +209,7 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
     Returns a JSON-ready dict: ``sizes``, ``median_s``, ``mean_s``, ``min_s``, ``times_s`` (all timed runs),
     the settings, and the environment (device, dtype, layers, torch / transformers versions, host, date).
     """
+    # lazy: transformers takes seconds to import; only model loading needs it
     import transformers
 
     module = _module(model)
@@ -302,8 +306,6 @@ def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int],
 
 def _linear_kernel(module: torch.nn.Module) -> str:
     """Which linear forward the profiled module runs (`models.cpu_linear`)."""
-    from ..models.cpu_linear import SmallBatchLinear
-
     small = any(isinstance(m, SmallBatchLinear) for m in module.modules())
     return "small-batch (specdec_lib.models.cpu_linear)" if small else "torch F.linear"
 
@@ -364,8 +366,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``python -m specdec_lib.hardware llama-2-7b llama-2-13b jackfram-68m --device cuda --dtype bfloat16
     --sizes 1,2,4,...,1024``. Sizes are a comma list; ``a,b,...,c`` with ``...`` doubles from b up to c.
     """
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m specdec_lib.hardware",
                                  description="Measure forward-time profiles t(n) and save them as JSON.")
     ap.add_argument("shapes", nargs="*", help=f"shape-only models: {', '.join(sorted(SHAPES))}")
@@ -389,8 +389,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = shape_only_model(shape, args.dtype, args.device, num_layers=args.layers)
             label = f"{_shape_key(shape)}-shape" + (f"-{args.layers}layers" if args.layers else "")
         else:
-            from ..models import load_model
-
             model = load_model(model_name, device=args.device, dtype=args.dtype)
             label = Path(str(model_name)).name
         prof = profile(model, sizes, prefix_len=args.prefix_len, repeats=args.repeats, warmup=args.warmup,

@@ -17,10 +17,15 @@ The offline default pair lives in `specdec_lib.models.offline`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from ..progress import quiet_loading
+from .cpu_linear import use_small_batch_linear
 
 __all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device"]
 
@@ -77,8 +82,6 @@ class LanguageModel:
     """
 
     def __init__(self, model, tokenizer, name: str):
-        from .cpu_linear import use_small_batch_linear
-
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -186,6 +189,7 @@ class KVSession:
         if bad:
             raise ValueError(f"prompt token ids {bad[:5]} out of range [0, {self.lm.vocab_size})")
         self.fixed = ids
+        # lazy: transformers takes seconds to import; only model loading needs it
         from transformers import DynamicCache
         self.cache = DynamicCache(config=self.lm.model.config)
 
@@ -365,6 +369,7 @@ class KVSession:
 
 
 def _offline_names() -> str:
+    # lazy: models/offline.py imports this module (a top-level import would be circular)
     from .offline import OFFLINE_NAMES
 
     return "offline names: " + ", ".join(map(repr, OFFLINE_NAMES))
@@ -373,8 +378,7 @@ def _offline_names() -> str:
 def _hub_offline() -> bool:
     """True when the hub must not be contacted (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``, read now
     as well as when huggingface_hub was imported)."""
-    import os
-
+    # lazy: hub access is optional (offline use never touches it)
     from huggingface_hub import constants
 
     flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
@@ -386,6 +390,7 @@ def _check_hub_id(name: str) -> None:
     """ValueError, fast, unless ``name`` is a model the hub can serve now: one metadata request with a
     `HUB_TIMEOUT_S` timeout and no retries (transformers' own download retries for ~25 s when the hub is
     unreachable)."""
+    # lazy: hub access is optional (offline use never touches it)
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -417,11 +422,8 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     `HUB_TIMEOUT_S` timeout, so an unknown name or an unreachable hub is a ValueError within seconds
     that lists the offline names. Works offline (``HF_HUB_OFFLINE=1``) for models already in the cache.
     """
-    from pathlib import Path
-
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..progress import quiet_loading
 
     if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
         raise ValueError(f"name_or_path must be an HF id or a directory, got {name_or_path!r}")
@@ -443,8 +445,10 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
             raise ValueError(f"could not load model {text!r}: it is a file, not a model directory")
         if isinstance(name_or_path, Path) or text.startswith((".", "/", "~", "\\")) or text.count("/") > 1:
             raise ValueError(f"could not load model {text!r}: no such directory; {_offline_names()}")
-        from huggingface_hub.utils import validate_repo_id
+        # lazy: hub access is optional (offline use never touches it)
+        # lazy: hub access is optional (offline use never touches it)
         from huggingface_hub.errors import HFValidationError
+        from huggingface_hub.utils import validate_repo_id
 
         try:
             validate_repo_id(text)

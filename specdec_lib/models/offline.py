@@ -26,9 +26,11 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from ..progress import quiet_loading
 from .hf import LanguageModel, resolve_device, resolve_dtype
+from .subset_head import use_subset_head
 
 TARGET_NAME = "smollm2-135m-instruct"
 DRAFT_NAME = "smollm2-135m-draft"
@@ -71,6 +73,7 @@ def _device_dtype(device, dtype):
 
 def _write_cache(target: Path) -> None:
     """Dequantise the GGUF once and save safetensors + config + tokenizer to ``target``."""
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path()
@@ -100,6 +103,7 @@ def _write_cache(target: Path) -> None:
 
 def load_target(device=None, dtype=None) -> LanguageModel:
     """SmolLM2-135M-Instruct from the packaged GGUF (cached as float32 safetensors after the first load)."""
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device, dtype = _device_dtype(device, dtype)
@@ -117,6 +121,7 @@ def build_student(target_lm: LanguageModel, num_layers: int = 2):
     its first ``num_layers`` decoder layers copied, a copy of its final norm, and the target's token
     embeddings shared (same frozen Parameter, so the tied LM head is shared too). Returns a
     ``LlamaForCausalLM`` in eval mode on the target's device and dtype."""
+    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import LlamaForCausalLM
 
     target = target_lm.model if isinstance(target_lm, LanguageModel) else target_lm
@@ -158,10 +163,6 @@ def student_state_dict(student) -> dict[str, torch.Tensor]:
 def apply_head_vocab(student, directory: Path | str) -> int | None:
     """If ``directory`` holds ``head_vocab.safetensors``, give ``student`` a `SubsetHead` over its
     ``vocab_ids``; returns the subset size, or None (full head) when there is no such file."""
-    from safetensors.torch import load_file
-
-    from .subset_head import use_subset_head
-
     path = Path(directory) / DRAFT_HEAD_VOCAB_FILE
     if not path.is_file():
         return None
@@ -181,8 +182,6 @@ def draft_record(directory: Path | str = DRAFT_DIR) -> dict:
 def load_draft(target_lm: LanguageModel | None = None, device=None, dtype=None,
                directory: Path | str = DRAFT_DIR) -> LanguageModel:
     """The distilled draft: `build_student` from the target + ``layers.safetensors``."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     layers = directory / DRAFT_LAYERS_FILE
     if not layers.is_file():
