@@ -164,3 +164,23 @@ def test_real_pair_is_lossless_at_temperature_one(target):
         cell = (a, b) if (a, b) in law else ((a, "*") if (a, "*") in law else "other")
         counts[cell] += 1
     assert chi_square_pvalue(counts, law) > 1e-3
+
+
+def test_per_prompt_acceptance_and_paired_frame():
+    from specdec_lib import verdicts as V
+    from specdec_lib.eagle import evaluate as EV
+
+    sums = torch.tensor([[[1.0, 0.5], [0.8, 0.4]], [[3.0, 1.0], [2.0, 1.0]]], dtype=torch.float64)  # [S, D, T]
+    counts = torch.tensor([[2, 2], [4, 4]])
+    result = {"temperatures": [1.0, 0.2], "sums": sums, "counts": counts}
+    assert EV.per_prompt_acceptance(result) == [[0.5, 0.4], [0.75, 0.5]]
+    assert EV.per_prompt_acceptance(result, 0.2) == [[0.25, 0.2], [0.25, 0.25]]
+    record = {"evaluation": {"per_prompt_t1": [[0.5, 0.4], [0.75, 0.5]], "independent_per_prompt_t1": [[0.4, 0.4], [0.7, 0.7]],
+                             "prompt_ids": ["a", "b"], "prompt_categories": ["qa", "math"]}}
+    frame = EV.paired_prompt_frame(record)
+    assert len(frame) == 8 and set(frame["verifier"]) == {"feature", "independent"}
+    d = V.GainCheck("feature > independent", "feature", "independent", {"depth": 1}, value="acceptance",
+                    relative=False).evaluate(frame)
+    assert abs(d.estimate - 0.075) < 1e-12
+    with pytest.raises(ValueError, match="per-prompt"):
+        EV.paired_prompt_frame({"evaluation": {}})

@@ -37,7 +37,8 @@ from .data import FeatureSample, load_feature_samples, sample_with_features, sav
 from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft
 from .train import acceptance_by_depth, mean_acceptance
 
-__all__ = ["heldout_samples", "forward_times", "measure", "comparison_frame", "category_frame", "main"]
+__all__ = ["heldout_samples", "forward_times", "per_prompt_acceptance", "measure", "comparison_frame",
+           "paired_prompt_frame", "category_frame", "main"]
 
 TEMPERATURES = (1.0, 0.6, 0.2)
 
@@ -89,10 +90,20 @@ def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repe
             "threads": torch.get_num_threads(), "dtype": str(target_model.dtype)}
 
 
+def per_prompt_acceptance(result: dict, temperature: float = 1.0) -> list[list[float]]:
+    """Per sequence (prompt) of an `acceptance_by_depth` result: its mean acceptance at each depth at one
+    temperature (positions of that sequence weighted equally)."""
+    k = result["temperatures"].index(float(temperature))
+    means = result["sums"][:, :, k] / result["counts"].clamp(min=1).double()
+    return [[round(float(x), 6) for x in row] for row in means]
+
+
 def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], categories: Sequence[str],
-            depth: int = 8) -> dict:
-    """The evaluation part of the record (module docstring)."""
-    result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
+            depth: int = 8, result: dict | None = None) -> dict:
+    """The evaluation part of the record (module docstring); ``result``: `acceptance_by_depth` of this draft
+    on ``samples`` when already computed."""
+    if result is None:
+        result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
     by_category = {}
     for cat in dict.fromkeys(categories):
         sel = [i for i, c in enumerate(categories) if c == cat]
@@ -109,6 +120,7 @@ def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], ca
     return {"split": "heldout", "sequences": len(samples), "positions_by_depth": result["counts"].sum(0).tolist(),
             "mean_acceptance": overall["1.0"][0], "acceptance_by_depth": overall,
             "acceptance_by_category": by_category,
+            "per_prompt_t1": per_prompt_acceptance(result), "positions_per_prompt": result["counts"][:, 0].tolist(),
             "sequoia_positional_acceptance": [float(x) for x in seq_vec],
             "erss_r_vector": [float(x) for x in r_vec],
             "theory_measurement": {"rows": int(min(64, p.shape[0])), "depth": 1, "temperature": 1.0,
@@ -125,6 +137,22 @@ def comparison_frame(record: dict):
                          ("independent draft (smollm2-135m-draft)", ev["independent_draft_same_positions"])):
         for temperature, values in table.items():
             rows += [{"draft": label, "temperature": float(temperature), "depth": d, "acceptance": v}
+                     for d, v in enumerate(values, start=1)]
+    return pd.DataFrame(rows)
+
+
+def paired_prompt_frame(record: dict):
+    """Both drafts' mean acceptance per held-out prompt and depth at T = 1, on the same positions: a long
+    DataFrame (``prompt_id``, ``category``, ``depth``, ``verifier`` = "feature" | "independent",
+    ``acceptance``) that `verdicts.GainCheck` takes (``value="acceptance"``, resampling prompts).
+    ValueError for a record written before per-prompt values were stored."""
+    ev = record["evaluation"]
+    if "per_prompt_t1" not in ev or "independent_per_prompt_t1" not in ev:
+        raise ValueError("record has no per-prompt acceptances: re-run python -m specdec_lib.eagle.evaluate --export")
+    rows = []
+    for label, table in (("feature", ev["per_prompt_t1"]), ("independent", ev["independent_per_prompt_t1"])):
+        for pid, cat, values in zip(ev["prompt_ids"], ev["prompt_categories"], table):
+            rows += [{"prompt_id": pid, "category": cat, "depth": d, "verifier": label, "acceptance": v}
                      for d, v in enumerate(values, start=1)]
     return pd.DataFrame(rows)
 
@@ -166,11 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     samples, cats = heldout_samples(load_model("smollm2-135m-instruct", dtype="bfloat16"), cache,
                                     per_category=a.per_category)
     # the same positions with the feature input still zero: the independent draft it started from
-    baseline = mean_acceptance(acceptance_by_depth(draft, lm.model, samples, 8, TEMPERATURES))
+    base_result = acceptance_by_depth(draft, lm.model, samples, 8, TEMPERATURES)
     if not a.init:
         draft.load_state_dict(saved["draft"], strict=False)
     evaluation = measure(draft, lm, samples, cats)
-    evaluation["independent_draft_same_positions"] = baseline
+    evaluation["independent_draft_same_positions"] = mean_acceptance(base_result)
+    evaluation["independent_per_prompt_t1"] = per_prompt_acceptance(base_result)
+    evaluation["prompt_ids"] = [p.id for p in load_prompts("heldout", per_category=a.per_category)]
+    evaluation["prompt_categories"] = list(cats)
     evaluation["minutes"] = (time.time() - t0) / 60
     print(json.dumps({k: evaluation[k] for k in ("mean_acceptance", "acceptance_by_depth",
                                                   "independent_draft_same_positions")}), flush=True)
