@@ -41,6 +41,7 @@ PAPERS = {
     "block": "Sun et al.: Block Verification (ICLR'25)",
     "sequoia": "Chen et al.: Sequoia",
     "optimal": "Hu et al.: Towards Optimal Multi-Draft SD (ICLR'25)",
+    "hsd": "Zhou et al.: Hierarchical Speculative Decoding (2026)",
     "cross": "Cross-paper (this workbook)",
     "distill": "Offline draft (this workbook)",
 }

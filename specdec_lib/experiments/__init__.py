@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
 from .collection import TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
-from .paired import RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
+from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
                     prompt_categories, prompts_for, settings, settings_table, toy_pair)
 from .stars import (ccdf, positional_vector, sampled_accepted_lengths, star_index_law, star_rejection_from_rows,
@@ -43,7 +43,7 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "restrict_depth", "truncate_chain", "index_tuples",
-           "restrict_to_shape", "RAO_BLACKWELLISED", "applicable", "paired_expected_tokens",
+           "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector",
            "star_rejection_from_rows", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation",
            "collect_first_level", "collect_depth_trend", "real_pair_check"]

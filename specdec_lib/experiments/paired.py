@@ -9,20 +9,27 @@ import pandas as pd
 from ..traversal_identity import rao_blackwell_ccdf
 from ..progress import tqdm
 from ..tree import DraftTree
-from ..verifiers import exact_law, get_verifier
+from ..verifiers import exact_law, get_verifier, hsd
+from ..verifiers.base import Verifier
 from ..verifiers.base import expected_tokens_from_law
 from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
 RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
 """Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
+MEASURED_ONLY: dict[str, Verifier] = {"hsd": hsd.VERIFIER}
+"""Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md); never registered."""
 
 # ----------------------------------------------------------------------------------------- evaluation
+
+def _verifier(name: str) -> Verifier:
+    return MEASURED_ONLY.get(name) or get_verifier(name)
+
 
 def applicable(verifier: str, tree: DraftTree) -> bool:
     """Whether ``verifier`` accepts ``tree`` (its ``check`` raises no ValueError)."""
     try:
-        get_verifier(verifier).check(tree)
+        _verifier(verifier).check(tree)
     except ValueError:
         return False
     return True
@@ -46,6 +53,9 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     expected tokens with the drafting of the levels below each level integrated out
     (`traversal_identity.rao_blackwell_ccdf`). It has the same mean as the verifier's exact value and
     less drafting noise; its ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly.
+
+    A name in `MEASURED_ONLY` (``"hsd"``) is a published method that is not lossless: its exact law is
+    evaluated on the same trees, but it is not a registered verifier and never advances the text.
     """
     views = dict(views or {"tree": lambda t: t})
     rows = []
@@ -62,6 +72,9 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
                 if name in RAO_BLACKWELLISED:
                     ccdf = rao_blackwell_ccdf(tree, base)
                     expected, first = float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+                elif name in MEASURED_ONLY:
+                    law = MEASURED_ONLY[name].law(tree, None)
+                    expected, first = float(expected_tokens_from_law(tree, law)), float(1.0 - law[0].sum())
                 else:
                     law = exact_law(name, tree, rec.state if name == rec.advance else None)
                     expected, first = float(expected_tokens_from_law(tree, law)), float(1.0 - law[0].sum())
