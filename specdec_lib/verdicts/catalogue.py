@@ -87,6 +87,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "exact"),
     ("05_sequoia", "Existing verifiers (RRS) fall short of the optimal acceptance",
      "decide_directional(least paired gap, +-1.96 SE over contexts)", "superiority"),
+    ("06_leaderboard", "HSD above Block Verification on every chain tested", "checked_claim(EveryCheck hsd vs block)",
+     "every"),
     ("06_leaderboard", "{m} ≥ {b} in tokens per step on every shape",
      "checked_claim(EveryCheck of noninferiority GainChecks)", "every"),
     ("06_leaderboard", "Traversal = block on chains", "checked_claim(IdentityCheck)", "exact"),
