@@ -148,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--timeout", type=int, default=None, help="per-cell execution timeout in seconds")
     rep.add_argument("--log-output", action="store_true", help="stream the notebooks' output to the terminal")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rep.add_argument("--jobs", "-j", type=int, default=1,
+                     help="notebooks run at a time, each in its own process (default 1: timings measured "
+                          "inside a notebook then have the CPU to themselves)")
     rep.add_argument("--list", action="store_true", help="list the notebooks and exit")
 
     idx = sub.add_parser("index", help="rebuild index.html from the claim files of a reports folder")
@@ -166,6 +169,8 @@ def _reproduce(args: argparse.Namespace) -> int:
             for name in reports.list_notebooks(args.notebook_dir):
                 print(name)
             return 0
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
         notebooks = reports.resolve_notebooks(args.notebook, args.notebook_dir)
         params = parse_parameters(args.parameter, notebooks, args.notebook_dir)
         reports_dir, results_dir = reports.destinations(args.profile, params, args.reports_dir,
@@ -175,7 +180,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 2
     runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=reports_dir,
                              results_dir=results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
-                             log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish)
+                             log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish,
+                             jobs=args.jobs)
     failed = [r.notebook for r in runs if r.status != "ok"]
     print(f"index: {Path(reports_dir) / 'index.html'}")
     if failed:

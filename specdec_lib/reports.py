@@ -38,8 +38,11 @@ summary), `report_index` (``index.html``, run records, claims changed since the 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as _dt
+import fcntl
+import multiprocessing
 import functools
 import json
 import os
@@ -326,18 +329,30 @@ def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _record_status(reports: Path, run: NotebookRun) -> None:
+    """Add one run to ``status.json`` under a file lock (parallel runs of `reproduce` write it too)."""
     path = reports / "status.json"
+    with open(reports / ".status.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        status = load_status(reports)
+        status[run.notebook] = asdict(run)
+        atomic_write_text(path, json.dumps(status, indent=1, sort_keys=True))
+
+
+def _longest_first(names: list[str], reports: Path) -> list[str]:
+    """``names`` ordered by their last recorded duration, longest first (unknown ones first), so that
+    parallel workers finish close together."""
     status = load_status(reports)
-    status[run.notebook] = asdict(run)
-    atomic_write_text(path, json.dumps(status, indent=1, sort_keys=True))
+    return sorted(names, key=lambda n: -float(status.get(n, {}).get("duration_s", float("inf"))))
 
 
 def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
               parameters: Mapping[str, Any] | None = None, reports_dir: Path | str | None = None,
               results_dir: Path | str | None = None, notebook_dir: Path | str = NOTEBOOK_DIR,
               progress: bool = True, log_output: bool = False, execution_timeout: int | None = None,
-              publish: bool = False) -> list[NotebookRun]:
-    """Run the notebooks (all by default) one after another, then write ``index.html``.
+              publish: bool = False, jobs: int = 1) -> list[NotebookRun]:
+    """Run the notebooks (all by default) one after another, or ``jobs`` at a time in separate processes
+    (longest first by their last duration; each notebook keeps its own ``num_threads``, so timings measured
+    inside a notebook share the CPU with the other job), then write ``index.html``.
 
     Everything is checked before anything is written: the notebooks (``notebook_dir`` must hold them),
     the parameters (`check_parameters`; each notebook gets those its ``parameters`` cell declares) and
@@ -346,9 +361,14 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     recorded and the next one runs.
     """
     _check_profile(profile)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     names = resolve_notebooks(notebooks, notebook_dir)
     per_notebook = check_parameters(names, parameters, notebook_dir)
     reports, results_dir = destinations(profile, parameters, reports_dir, results_dir, publish)
+    if jobs > 1 and len(names) > 1:
+        return _reproduce_parallel(names, jobs, profile, per_notebook, reports, results_dir, notebook_dir,
+                                   log_output, execution_timeout, publish)
     runs = []
     try:
         # lazy: tqdm.auto probes for Jupyter widgets at import
@@ -367,6 +387,26 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
               flush=True)
     build_index(reports, notebook_dir)
     return runs
+
+
+def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook: Mapping[str, Any], reports: Path,
+                        results_dir: Path, notebook_dir: Path | str, log_output: bool, execution_timeout: int | None,
+                        publish: bool) -> list[NotebookRun]:
+    """`reproduce` with ``jobs`` worker processes (spawned: each sets its own environment for its kernel)."""
+    reports.mkdir(parents=True, exist_ok=True)
+    order = _longest_first(list(names), reports)
+    runs: dict[str, NotebookRun] = {}
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_notebook, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
+                               False, log_output, execution_timeout, publish): name for name in order}
+        for future in concurrent.futures.as_completed(futures):
+            run = future.result()
+            runs[run.notebook] = run
+            print(f"[{run.status:>6}] {run.notebook} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
+                  flush=True)
+    build_index(reports, notebook_dir)
+    return [runs[name] for name in names]
 
 
 __all__ = ["PROFILES", "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "KERNEL_ENV", "NotebookRun",

@@ -51,6 +51,8 @@ def test_list_and_unknown_notebook(tmp_path, capsys):
     assert capsys.readouterr().out.split() == ["01_x"]
     assert cli.main(["reproduce", "--notebook", "nope", "--notebook-dir", str(tmp_path)]) == 2
     assert "unknown notebook" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--jobs", "0", "--notebook-dir", str(tmp_path)]) == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["reproduce", "--profile", "huge"])
 

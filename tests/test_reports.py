@@ -472,3 +472,19 @@ def test_previous_claims_come_from_git_head_when_the_reports_are_tracked(tmp_pat
     assert source == "git HEAD" and len(previous) == 4
     changes, sources = reports.index_changes(rep, ["04_block"])
     assert sources == {"04_block": "git HEAD"} and {c["change"] for c in changes} == {"removed"}
+
+
+@pytest.mark.slow
+def test_parallel_runner_runs_every_notebook_and_records_each(tmp_path):
+    nbdir, rep, res = tmp_path / "nb", tmp_path / "reports", tmp_path / "results"
+    nbdir.mkdir()
+    for name in ("01_good", "02_other", "03_third"):
+        _notebook(nbdir / f"{name}.ipynb", GOOD.format(name=name))
+    runs = reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=2)
+    assert [r.notebook for r in runs] == ["01_good", "02_other", "03_third"]
+    assert [r.status for r in runs] == ["ok", "ok", "ok"], [r.error for r in runs]
+    assert set(reports.load_status(rep)) == {"01_good", "02_other", "03_third"}
+    assert all((rep / f"{n}.html").exists() and (res / n / "numbers.json").exists() for n in ("01_good", "03_third"))
+    assert (rep / "index.html").exists() and not list(rep.glob(".stage-*"))
+    with pytest.raises(ValueError, match="jobs"):
+        reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=0)
