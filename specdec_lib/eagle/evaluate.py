@@ -99,11 +99,9 @@ def per_prompt_acceptance(result: dict, temperature: float = 1.0) -> list[list[f
 
 
 def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], categories: Sequence[str],
-            depth: int = 8, result: dict | None = None) -> dict:
-    """The evaluation part of the record (module docstring); ``result``: `acceptance_by_depth` of this draft
-    on ``samples`` when already computed."""
-    if result is None:
-        result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
+            depth: int = 8) -> dict:
+    """The evaluation part of the record (module docstring)."""
+    result = acceptance_by_depth(draft, target_lm.model, samples, depth, TEMPERATURES)
     by_category = {}
     for cat in dict.fromkeys(categories):
         sel = [i for i, c in enumerate(categories) if c == cat]

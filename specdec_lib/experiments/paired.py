@@ -6,12 +6,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..traversal_identity import rao_blackwell_ccdf
 from ..progress import tqdm
+from ..traversal_identity import rao_blackwell_ccdf
 from ..tree import DraftTree
 from ..verifiers import exact_law, get_verifier, hsd
-from ..verifiers.base import Verifier
-from ..verifiers.base import expected_tokens_from_law
+from ..verifiers.base import Verifier, expected_tokens_from_law
 from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
