@@ -85,7 +85,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("05_sequoia", "End-to-end speedup of the optimizer's tree", "measured > 1, partly > 0.8", "threshold"),
     ("05_sequoia", "The optimal acceptance is at least as high without replacement", "decide_exact(min difference)",
      "exact"),
-    ("05_sequoia", "Existing verifiers (RRS, SpecTr) fall short of the optimal acceptance",
+    ("05_sequoia", "Existing verifiers (RRS) fall short of the optimal acceptance",
      "decide_directional(least paired gap, +-1.96 SE over contexts)", "superiority"),
     ("06_leaderboard", "HSD above Block Verification on every chain tested", "checked_claim(EveryCheck hsd vs block)",
      "every"),
