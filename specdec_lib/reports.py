@@ -331,11 +331,15 @@ def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
 def _record_status(reports: Path, run: NotebookRun) -> None:
     """Add one run to ``status.json`` under a file lock (parallel runs of `reproduce` write it too)."""
     path = reports / "status.json"
-    with open(reports / ".status.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # the lock is on the reports folder itself, so no lock file is left beside the reports
+    fd = os.open(reports, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         status = load_status(reports)
         status[run.notebook] = asdict(run)
         atomic_write_text(path, json.dumps(status, indent=1, sort_keys=True))
+    finally:
+        os.close(fd)
 
 
 def _longest_first(names: list[str], reports: Path) -> list[str]:
