@@ -321,3 +321,29 @@ def test_the_optimum_is_a_ceiling_of_traversal_on_two_level_trees(sampling):
         assert total <= best + 1e-12, (seed, total, best)
         gaps.append(best - total)
     assert max(gaps) > 1e-3
+
+
+@pytest.mark.parametrize("sampling", ["iid", "without_replacement"])
+def test_first_level_frame_puts_every_verifier_under_the_optimum(sampling):
+    from specdec_lib.experiments import first_level_against_optimum
+
+    gen = torch.Generator().manual_seed(5)
+    P = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((6,)).double()
+    Q = torch.distributions.Dirichlet(torch.full((5,), 0.7)).sample((6,)).double()
+    frame = first_level_against_optimum(P, Q, [1, 2, 3], sampling, seed=gen.initial_seed())
+    wide = frame.pivot_table(index=["row", "k"], columns="verifier", values="acceptance")
+    expected = {"token", "optimal"} | ({"spectr"} if sampling == "iid" else set())
+    assert set(wide.columns) == expected and len(wide) == 18
+    # RRS is an expectation per context, so the ceiling holds context by context; SpecTr's value is one
+    # drawn star per context (exact given the star), which may exceed the ceiling, so it is only a probability
+    assert (wide["token"] <= wide["optimal"] + 1e-9).all()
+    if "spectr" in wide:
+        assert wide["spectr"].between(0.0, 1.0).all()
+    one = wide.xs(1, level="k")  # k = 1: RRS is the optimal transport, 1 - TV
+    tv = 1 - 0.5 * (P - Q).abs().sum(1).numpy()
+    for v in ("token", "optimal"):
+        np.testing.assert_allclose(one[v].to_numpy(), tv, atol=1e-9)
+    with pytest.raises(ValueError, match="sampling"):
+        first_level_against_optimum(P, Q, [1], "race")
+    with pytest.raises(ValueError, match="ks"):
+        first_level_against_optimum(P, Q, [0], "iid")

@@ -33,7 +33,7 @@ from .collection import TreeRecord, collect_trees, matched_rows, replicate_shape
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
                     prompt_categories, prompts_for, settings, settings_table, toy_pair)
-from .stars import (ccdf, positional_vector, sampled_accepted_lengths, star_index_law, star_rejection_from_rows,
+from .stars import (ccdf, first_level_against_optimum, positional_vector, sampled_accepted_lengths, star_index_law, star_rejection_from_rows,
                     star_views)
 from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
 from .timing import timed_generation
@@ -45,5 +45,5 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector",
-           "star_rejection_from_rows", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation",
+           "star_rejection_from_rows", "first_level_against_optimum", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain", "timed_generation",
            "collect_first_level", "collect_depth_trend", "real_pair_check"]

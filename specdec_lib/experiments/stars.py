@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import optimal_multidraft
+from ..theory import positional_acceptance
 from ..tree import DraftTree, restrict_to_shape
 from ..drafting import draw_children
 from ..exact import sample_tree
@@ -102,3 +104,39 @@ def ccdf(law_or_samples: Sequence[float] | np.ndarray, samples: bool = False) ->
         return np.array([(values >= k).mean() for k in range(top + 1)])
     law = np.asarray(law_or_samples, dtype=float)
     return law[::-1].cumsum()[::-1]
+
+
+def first_level_against_optimum(target_rows: torch.Tensor, draft_rows: torch.Tensor, ks: Sequence[int],
+                                sampling: str, num_samples: int = 64, seed: int = 0) -> pd.DataFrame:
+    """First-level acceptance of the lossless verifiers beside the optimum of ANY lossless verifier
+    (Hu et al., `optimal_multidraft.optimal_acceptance`) at the same matched contexts, for stars of k
+    drafts drawn ``sampling`` ("iid" or "without_replacement").
+
+    Per context (``row``) and k: ``token`` is recursive rejection sampling (SpecInfer i.i.d., Sequoia
+    without replacement; `theory.positional_acceptance`, exact for i.i.d.) and also Traversal's first
+    level in expectation (Traversal Lemma A.2, tests/test_traversal_identity.py); ``spectr`` (i.i.d. only)
+    is K-SEQ's exact acceptance of one drawn star per context (`star_rejection_from_rows`: unbiased,
+    noisier, and a single star may exceed the ceiling, which bounds the mean); ``optimal`` is the ceiling. One star of k drafts emits 1 + acceptance tokens per target
+    call, so ``optimal`` also bounds the tokens per step of every lossless verifier on such a star.
+    Returns a long DataFrame: row, k, sampling, verifier, acceptance."""
+    if sampling not in optimal_multidraft.SAMPLINGS:
+        raise ValueError(f"sampling must be one of {optimal_multidraft.SAMPLINGS}, got {sampling!r}")
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive numbers of drafts, got {ks}")
+    target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
+    rrs = positional_acceptance(target_rows, draft_rows, ks[-1], sampling, num_samples=num_samples,
+                                per_row=True, generator=torch.Generator().manual_seed(seed)).numpy()
+    best = optimal_multidraft.optimal_acceptance_rows(target_rows, draft_rows, ks, sampling)
+    parts = []
+    for j, k in enumerate(ks):
+        rows = np.arange(target_rows.shape[0])
+        parts.append(pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": "token",
+                                   "acceptance": rrs[:, :k].sum(1)}))
+        parts.append(pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": "optimal",
+                                   "acceptance": best[:, j]}))
+    if sampling == "iid":
+        sp = star_rejection_from_rows(target_rows, draft_rows, ks, "spectr", "iid", seed=seed)
+        parts.append(sp.assign(sampling=sampling, verifier="spectr", acceptance=1.0 - sp["rejection"])
+                     .drop(columns="rejection"))
+    return pd.concat(parts, ignore_index=True)
