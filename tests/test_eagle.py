@@ -184,3 +184,19 @@ def test_per_prompt_acceptance_and_paired_frame():
     assert abs(d.estimate - 0.075) < 1e-12
     with pytest.raises(ValueError, match="per-prompt"):
         EV.paired_prompt_frame({"evaluation": {}})
+
+
+def test_early_exit_probe_reads_the_full_target_as_itself():
+    from specdec_lib.eagle.probes import early_exit_acceptance
+
+    model = tiny_llama(vocab_size=VOCAB, layers=3, hidden=32, seed=4)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [(torch.randint(0, VOCAB, (12,), generator=gen), 5), (torch.randint(0, VOCAB, (9,), generator=gen), 3)]
+    out = early_exit_acceptance(model, seqs, [1, 2, 3])
+    assert out["positions"] == (12 - 5) + (9 - 3)
+    assert out["acceptance"][3] == pytest.approx(1.0, abs=1e-6)
+    assert all(0.0 <= v <= 1.0 + 1e-6 for v in out["acceptance"].values()) and out["target_entropy"] > 0
+    with pytest.raises(ValueError, match="layers"):
+        early_exit_acceptance(model, seqs, [4])
+    with pytest.raises(ValueError, match="prompt_len"):
+        early_exit_acceptance(model, [(seqs[0][0], 12)], [1])

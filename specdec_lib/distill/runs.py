@@ -69,7 +69,6 @@ def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: 
 def tiny_llama(vocab_size: int = 64, layers: int = 4, hidden: int = 32, seed: int = 0):
     """A tiny random ``LlamaForCausalLM`` (tied embeddings) for tests and the smoke profile."""
     # lazy: transformers takes seconds to import; only model loading needs it
-    # lazy: transformers takes seconds to import; only model loading needs it
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
