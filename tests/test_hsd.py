@@ -1,7 +1,7 @@
 """HSD (Zhou et al. 2026) as published, read as `specdec_lib.verifiers.hsd`: its sampler follows its exact
 law, the law is NOT the target's (exact enumeration), it accepts more than Block Verification (which no
-lossless chain verifier can), at least as much as token-level verification, and it is not registered for
-decoding. docs/papers/hsd.md explains the finding."""
+lossless chain verifier can), at least as much as token-level verification, and decoding refuses it
+(verify and exact_law measure it). docs/papers/hsd.md explains the finding."""
 
 from __future__ import annotations
 
@@ -83,8 +83,20 @@ def test_sampler_matches_the_exact_law():
         assert exact.chi_square_pvalue(counts, cells) > 1e-3
 
 
-def test_not_registered_and_chains_only():
-    assert "hsd" not in VERIFIERS
+def test_measured_through_verify_but_refused_for_decoding_and_chains_only():
+    from specdec_lib.decoding import speculative_generate
+    from specdec_lib.verifiers import NOT_LOSSLESS, exact_law, get_verifier, verify
+
+    assert "hsd" not in VERIFIERS and "hsd" in NOT_LOSSLESS
+    target, draft = _pair(3, 0.7, 10, 1.0, 0.0)
+    _, tree = next(iter(exact.enumerate_drafts(target, draft, PREFIX, chain_parents(2))))
+    assert torch.equal(exact_law("hsd", tree), hsd.law(tree))
+    verdict = verify("hsd", tree, torch.Generator().manual_seed(0))
+    assert len(verdict.path) <= 2
+    with pytest.raises(ValueError, match="not lossless"):
+        get_verifier("hsd")
+    with pytest.raises(ValueError, match="not lossless"):
+        speculative_generate(target, draft, list(PREFIX), verifier="hsd", shape="chain:2", max_new_tokens=2, seed=0)
     star = DraftTree(torch.tensor([0, 1, 2]), torch.tensor([-1, 0, 0]), torch.full((3, 3), 1 / 3),
                      torch.full((3, 3), 1 / 3), sampling="iid")
     with pytest.raises(ValueError, match="chains only"):

@@ -9,15 +9,16 @@ import pandas as pd
 from ..progress import tqdm
 from ..traversal_identity import rao_blackwell_ccdf
 from ..tree import DraftTree
-from ..verifiers import exact_law, get_verifier, hsd
+from ..verifiers import NOT_LOSSLESS, exact_law, get_verifier
 from ..verifiers.base import Verifier, expected_tokens_from_law
 from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
 RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
 """Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
-MEASURED_ONLY: dict[str, Verifier] = {"hsd": hsd.VERIFIER}
-"""Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md); never registered."""
+MEASURED_ONLY: dict[str, Verifier] = dict(NOT_LOSSLESS)
+"""Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md): the verifiers
+package's ``NOT_LOSSLESS``; they never advance the text."""
 
 # ----------------------------------------------------------------------------------------- evaluation
 

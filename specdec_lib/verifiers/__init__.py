@@ -3,6 +3,11 @@
 One module per verifier; each defines ``VERIFIER`` (see `base.Verifier`). ``exact_law`` and
 ``expected_tokens`` give the verifier's exact output law on a fixed drafted tree, so experiments
 compare verifiers on the same tree without sampling noise.
+
+``VERIFIERS`` holds the lossless verifiers (each proven by exact enumeration). ``NOT_LOSSLESS`` holds
+published verifiers that exact enumeration shows change the output law (HSD as published,
+docs/papers/hsd.md): `verify`, `exact_law` and `expected_tokens` take them, so they can be measured on
+the same trees as the others, but `get_verifier` refuses them, and so does decoding.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, check_generator, expected_tokens_from_law
-from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match
+from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match, hsd
 
 VERIFIERS: dict[str, Verifier] = {
     m.VERIFIER.name: m.VERIFIER
@@ -21,17 +26,30 @@ VERIFIERS: dict[str, Verifier] = {
 }
 
 
-def get_verifier(name: str) -> Verifier:
-    try:
+NOT_LOSSLESS: dict[str, Verifier] = {hsd.VERIFIER.name: hsd.VERIFIER}
+
+
+def _lookup(name: str, measuring: bool) -> Verifier:
+    if name in VERIFIERS:
         return VERIFIERS[name]
-    except KeyError:
-        raise ValueError(f"unknown verifier {name!r}; known: {sorted(VERIFIERS)}") from None
+    if name in NOT_LOSSLESS:
+        if measuring:
+            return NOT_LOSSLESS[name]
+        raise ValueError(f"verifier {name!r} is not lossless (exact enumeration: docs/papers/hsd.md); it can be "
+                         f"measured with verify / exact_law / expected_tokens, but never used to decode")
+    raise ValueError(f"unknown verifier {name!r}; known: {sorted(VERIFIERS)} (measured only, not lossless: "
+                     f"{sorted(NOT_LOSSLESS)})")
+
+
+def get_verifier(name: str) -> Verifier:
+    """A lossless verifier by name (ValueError for an unknown name or one of ``NOT_LOSSLESS``)."""
+    return _lookup(name, measuring=False)
 
 
 def verify(name: str, tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
     """Verify ``tree`` with verifier ``name``; ``generator`` (a ``torch.Generator``, required: None is a
-    ValueError) is the only source of randomness."""
-    v = get_verifier(name)
+    ValueError) is the only source of randomness. Names of ``NOT_LOSSLESS`` are taken too (measurement)."""
+    v = _lookup(name, measuring=True)
     check_generator(generator)
     v.check(tree)
     return v.sample(tree, generator, state)
@@ -39,7 +57,7 @@ def verify(name: str, tree: DraftTree, generator: torch.Generator, state: Any = 
 
 def exact_law(name: str, tree: DraftTree, state: Any = None) -> torch.Tensor:
     """The exact law ``[N+1, V]`` of (path end node, extra token) of verifier ``name`` on ``tree``."""
-    v = get_verifier(name)
+    v = _lookup(name, measuring=True)
     v.check(tree)
     if v.law is None:
         raise ValueError(f"verifier {name!r} has no exact law given a tree (see its docstring)")
@@ -51,4 +69,4 @@ def expected_tokens(name: str, tree: DraftTree, state: Any = None) -> float:
     return expected_tokens_from_law(tree, exact_law(name, tree, state))
 
 
-__all__ = ["Verdict", "Verifier", "VERIFIERS", "verify", "exact_law", "expected_tokens", "get_verifier"]
+__all__ = ["Verdict", "Verifier", "VERIFIERS", "NOT_LOSSLESS", "verify", "exact_law", "expected_tokens", "get_verifier"]

@@ -24,8 +24,8 @@ This reading of the published verification (the authors' ``algorithm_clean.py``:
 carried over, ``HSD=True``; docs/papers/hsd.md) is NOT lossless: exact enumeration finds output laws that
 differ from the target's (tests/test_hsd.py, e.g. 0.03 on a context-free 3-token pair at g = 2), and its
 expected tokens exceed Block Verification's, which Block's optimality theorem rules out for any lossless
-chain verifier. It is therefore not registered in `specdec_lib.verifiers.VERIFIERS` (decoding never uses
-it); `VERIFIER` exists so that the exact harness and the notebooks can measure it. With Block's recursively
+chain verifier. It is therefore registered in `specdec_lib.verifiers.NOT_LOSSLESS`, not in ``VERIFIERS``:
+``verify("hsd", tree, generator)`` and ``exact_law("hsd", tree)`` measure it, and decoding refuses it. With Block's recursively
 capped weights ``p_i = Lambda_i / max_{j<=i} Lambda_j`` instead of ``min(1, Lambda_i)`` the same scan is
 Block Verification itself.
 """
@@ -109,7 +109,7 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
-    description="Hierarchical Speculative Decoding as published (Zhou et al. 2026; NOT lossless, not "
-                "registered): Block Verification's backward scan with min(1, Lambda_i) as weight; never "
+    description="Hierarchical Speculative Decoding as published (Zhou et al. 2026; NOT lossless: "
+                "measured only): Block Verification's backward scan with min(1, Lambda_i) as weight; never "
                 "steps back over a prefix with Lambda >= 1.",
 )
