@@ -15,6 +15,7 @@ from ..tree import DraftTree, restrict_to_shape
 from ..drafting import draw_children
 from ..exact import sample_tree
 from ..verifiers import exact_law, verify
+from ..verifiers.spectr import kseq_rho
 from .collection import TreeRecord
 
 def star_views(ks: Iterable[int]) -> dict[int, Callable[[DraftTree], DraftTree]]:
@@ -106,19 +107,26 @@ def ccdf(law_or_samples: Sequence[float] | np.ndarray, samples: bool = False) ->
     return law[::-1].cumsum()[::-1]
 
 
+def _normalised(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    p, q = p.double(), q.double()
+    return p / p.sum(), q / q.sum()
+
+
 def first_level_against_optimum(target_rows: torch.Tensor, draft_rows: torch.Tensor, ks: Sequence[int],
                                 sampling: str, num_samples: int = 64, seed: int = 0) -> pd.DataFrame:
     """First-level acceptance of the lossless verifiers beside the optimum of ANY lossless verifier
     (Hu et al., `optimal_multidraft.optimal_acceptance`) at the same matched contexts, for stars of k
     drafts drawn ``sampling`` ("iid" or "without_replacement").
 
-    Per context (``row``) and k: ``token`` is recursive rejection sampling (SpecInfer i.i.d., Sequoia
-    without replacement; `theory.positional_acceptance`, exact for i.i.d.) and also Traversal's first
-    level in expectation (Traversal Lemma A.2, tests/test_traversal_identity.py); ``spectr`` (i.i.d. only)
-    is K-SEQ's exact acceptance of one drawn star per context (`star_rejection_from_rows`: unbiased,
-    noisier, and a single star may exceed the ceiling, which bounds the mean); ``optimal`` is the ceiling. One star of k drafts emits 1 + acceptance tokens per target
-    call, so ``optimal`` also bounds the tokens per step of every lossless verifier on such a star.
-    Returns a long DataFrame: row, k, sampling, verifier, acceptance."""
+    Per context (``row``) and k, each an expectation over the drafted star: ``token`` is recursive
+    rejection sampling (SpecInfer i.i.d., Sequoia without replacement; `theory.positional_acceptance`,
+    exact for i.i.d., and without replacement while V!/(V-k+1)! <= 200,000, e.g. k <= 2 at V = 49,152;
+    Rao-Blackwellised Monte Carlo beyond) and also
+    Traversal's first level (Traversal Lemma A.2, tests/test_traversal_identity.py); ``spectr`` (i.i.d.
+    only) is K-SEQ's exact 1 - (1 - beta)^k (`verifiers.spectr.kseq_rho`; tests/test_optimal_multidraft.py
+    checks it against enumerated stars); ``optimal`` is the ceiling. One star of k drafts emits
+    1 + acceptance tokens per target call, so ``optimal`` also bounds the tokens per step of every
+    lossless verifier on such a star. Returns a long DataFrame: row, k, sampling, verifier, acceptance."""
     if sampling not in optimal_multidraft.SAMPLINGS:
         raise ValueError(f"sampling must be one of {optimal_multidraft.SAMPLINGS}, got {sampling!r}")
     ks = sorted({int(k) for k in ks})
@@ -128,15 +136,13 @@ def first_level_against_optimum(target_rows: torch.Tensor, draft_rows: torch.Ten
     rrs = positional_acceptance(target_rows, draft_rows, ks[-1], sampling, num_samples=num_samples,
                                 per_row=True, generator=torch.Generator().manual_seed(seed)).numpy()
     best = optimal_multidraft.optimal_acceptance_rows(target_rows, draft_rows, ks, sampling)
+    rows = np.arange(target_rows.shape[0])
     parts = []
     for j, k in enumerate(ks):
-        rows = np.arange(target_rows.shape[0])
-        parts.append(pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": "token",
-                                   "acceptance": rrs[:, :k].sum(1)}))
-        parts.append(pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": "optimal",
-                                   "acceptance": best[:, j]}))
-    if sampling == "iid":
-        sp = star_rejection_from_rows(target_rows, draft_rows, ks, "spectr", "iid", seed=seed)
-        parts.append(sp.assign(sampling=sampling, verifier="spectr", acceptance=1.0 - sp["rejection"])
-                     .drop(columns="rejection"))
+        values = {"token": rrs[:, :k].sum(1), "optimal": best[:, j]}
+        if sampling == "iid":  # rows renormalised in float64, as optimal_acceptance_rows does
+            values["spectr"] = np.array([1.0 - (1.0 - kseq_rho(*_normalised(target_rows[m], draft_rows[m]), k)[1]) ** k
+                                         for m in rows])
+        parts += [pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": name, "acceptance": v})
+                  for name, v in values.items()]
     return pd.concat(parts, ignore_index=True)

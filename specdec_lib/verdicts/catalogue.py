@@ -96,7 +96,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "checked_claim(EveryCheck of equivalence GainChecks, margin 5%)", "every"),
     ("06_leaderboard", "Among the shapes tested, a Sequoia DP tree", "best shape starts with 'sequoia'", "every"),
     ("06_leaderboard", "Tokens per second of speculative decoding", "any speedup > 1", "threshold"),
-    ("06_leaderboard", "Recursive rejection sampling's first level is at most the optimal acceptance",
+    ("06_leaderboard", "RRS's and SpecTr's first levels are at most the optimal acceptance",
      "decide_exact(largest excess over the optimum)", "exact"),
 )
 """Every claim written in notebooks/00-06 (text prefix as in the notebook, f-string fields kept) ->
