@@ -1,8 +1,8 @@
 """Theory of tree drafting: Sequoia's positional model and DP, ERSS's tau* tree and bounds, closed forms.
 
-Everything here is a pure float64 function of acceptance statistics; nothing runs a model. The specs
-with the corrected pseudo-code and the golden numbers the tests check are ``shared/specs/sequoia.md``
-and ``shared/specs/erss.md``.
+Everything here is a pure float64 function of acceptance statistics; nothing runs a model. The papers
+in our words, with the corrected pseudo-code and the golden numbers the tests check, are
+docs/methods/sequoia.md and docs/methods/erss.md.
 
 Conventions (docs/ARCHITECTURE.md, docs/methods/sequoia.md §2.0)
 ----------------------------------------------------
