@@ -1,0 +1,134 @@
+"""Several drafting arms (tree shape + sampling scheme) drafted at the SAME target-sampled contexts.
+
+`collect_trees` advances each arm's text with its own verifier, so two arms that draft different trees
+(Sequoia's DP tree without replacement vs SpecInfer's k x L sequences, i.i.d.) meet at different
+contexts and can only be paired by prompt; the context-to-context spread of acceptance (a step gives
+1.0 or 2.6 tokens depending on how predictable the next token is) then dominates their difference.
+
+Here the target first samples its own continuation of each prompt (`autoregressive_generate`: every
+prefix has the target's law), and at every position of it each arm drafts its tree, which the target
+scores; the sessions are then advanced by the target's sampled token, never by a verifier. Every arm
+is therefore evaluated at exactly the same contexts, and `paired_expected_tokens` gives each tree's
+exact expected tokens under a verifier: the paired difference per context has no context noise and no
+verification noise, only the drafting noise of each arm. The mean is per context (every position of
+the target's text), the same weighting as the positional acceptance vectors of `matched_rows`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from ..decoding import autoregressive_generate, paired_sessions, resolve_shape
+from ..drafting import draw_tree
+from ..exact import sample_tree
+from ..progress import tqdm
+from ..sampling import process_logits
+from ..tree import SAMPLING_MODES, DraftTree
+from .collection import TreeRecord, _toy_models, _toy_race_tree
+from .paired import paired_expected_tokens
+from .setup import Pair, PromptIds
+
+
+def _check_arms(arms: Mapping[str, tuple[Any, str]], temperature: float) -> dict[str, tuple[list[int], str]]:
+    if not isinstance(arms, Mapping) or not arms:
+        raise ValueError("arms must be a non-empty mapping name -> (shape, sampling)")
+    out = {}
+    for name, arm in arms.items():
+        if not isinstance(arm, (tuple, list)) or len(arm) != 2:
+            raise ValueError(f"arms[{name!r}] must be a (shape, sampling) pair, got {arm!r}")
+        shape, sampling = arm
+        if sampling not in SAMPLING_MODES:
+            raise ValueError(f"arms[{name!r}]: unknown sampling {sampling!r}; known: {', '.join(SAMPLING_MODES)}")
+        parents = resolve_shape(shape if isinstance(shape, str) else [int(p) for p in shape], temperature=temperature)
+        out[str(name)] = (parents, sampling)
+    return out
+
+
+def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: float, top_p: float, seed: int,
+                 generator: torch.Generator) -> list[int]:
+    """The target's own sample of ``contexts`` tokens after the prompt (fewer when it stops at EOS)."""
+    if pair.kind == "toy":
+        target, _ = _toy_models(pair, temperature, top_p)
+        context = prompt.ids.tolist()
+        for _ in range(contexts):
+            p = target.probs(tuple(context)).to(torch.float64)
+            context.append(int(torch.multinomial(p, 1, generator=generator)))
+        return context[len(prompt.ids):]
+    out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
+                                  max_new_tokens=contexts, eos_token_id=pair.eos_token_id, seed=seed)
+    return list(out.tokens)
+
+
+def _toy_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[int], sampling: str,
+                   temperature: float, top_p: float, generator: torch.Generator) -> Iterable[DraftTree]:
+    target, draft = _toy_models(pair, temperature, top_p)
+    cache: dict = {}
+    base = prompt.ids.tolist()
+    for j in range(len(text)):
+        context = base + text[:j]
+        if sampling == "race":
+            yield _toy_race_tree(target, draft, context, parents, generator)
+        else:
+            yield sample_tree(target, draft, context, parents, sampling, generator,
+                              cache=cache if pair.context_free else None)
+
+
+def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[int], sampling: str,
+                  temperature: float, top_p: float, generator: torch.Generator) -> Iterable[DraftTree]:
+    tsess, dsess = paired_sessions(pair.target, pair.draft, prompt.ids.tolist())
+
+    def draft_fn(tokens, parents_so_far, nodes):
+        return process_logits(dsess.tree_logits(tokens, parents_so_far, nodes), temperature, top_p,
+                              apply_top_p=False).cpu()
+
+    def target_fn(tokens, parents_so_far):
+        return process_logits(tsess.tree_logits(tokens, parents_so_far), temperature, top_p,
+                              apply_top_p=True).cpu()
+
+    for token in text:
+        tree = draw_tree(parents, tsess.fixed[-1], draft_fn, sampling, generator).scored_by(target_fn)
+        yield tree
+        # advance both sessions by the target's own token: no drafted node is accepted
+        tsess.commit([], token)
+        dsess.commit([], token, tree.tokens, tree.parents)
+
+
+def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple[Any, str]],
+                                     temperature: float = 1.0, verifiers: Sequence[str] = ("token",),
+                                     top_p: float = 1.0, contexts: int = 16, seed: int = 0, column: str = "arm",
+                                     labels: Mapping[str, Any] | None = None, progress: bool = True) -> pd.DataFrame:
+    """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
+
+    ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
+    list) and a sampling scheme of `drafting.SAMPLING_MODES`. ``contexts``: tokens the target samples after
+    each prompt; position j's context is the prompt plus the first j of them. Returns the
+    `paired_expected_tokens` frame of every arm, with ``step`` = the context position (the same for every
+    arm, so `verdicts.GainCheck(..., column=column, pair_on="tree")` pairs arms per context), the arm's name
+    in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns.
+    """
+    arms_ = _check_arms(arms, temperature)
+    if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
+        raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
+    if column in ("prompt_id", "category", "step", "view", "verifier", "expected_tokens"):
+        raise ValueError(f"column {column!r} would overwrite a column of the frame; choose another name")
+    frames = []
+    iterator: Iterable[PromptIds] = prompts
+    if progress:
+        iterator = tqdm(list(prompts), desc=f"{len(arms_)} arms at shared contexts T={temperature}", leave=False)
+    trees_of = _toy_arm_trees if pair.kind == "toy" else _hf_arm_trees
+    for prompt in iterator:
+        prompt_seed = seed * 100_003 + zlib.crc32(prompt.id.encode()) % 100_003  # independent of list order
+        text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
+                            torch.Generator().manual_seed(prompt_seed))
+        for name, (parents, sampling) in arms_.items():
+            generator = torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003)
+            for j, tree in enumerate(trees_of(pair, prompt, text, parents, sampling, temperature, top_p, generator)):
+                record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample")
+                frames.append(paired_expected_tokens([record], verifiers, labels={**dict(labels or {}), column: name}))
+    if not frames:
+        raise ValueError("no contexts collected (every target sample was empty)")
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,123 @@
+"""Arms drafted at shared target-sampled contexts (`experiments.shared_contexts`).
+
+* on a tiny random Llama pair (the real KV-cached tree sessions), every arm's tree at position j is rooted
+  at the prompt plus the target's first j sampled tokens: its root rows equal plain forwards of both models
+  at that context, for every arm, although no drafted node is ever accepted;
+* the frame pairs arms per context (same prompt_id/step keys), and a GainCheck with pair_on="tree" runs on it;
+* on a context-free toy pair the per-context mean converges to the exact expectation over drafts;
+* bad arguments are ValueErrors naming the argument.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_lib import experiments as E, verdicts as V
+from specdec_lib.experiments.shared_contexts import _hf_arm_trees, _target_text, paired_tokens_at_shared_contexts
+from specdec_lib.decoding import resolve_shape
+from specdec_lib.exact import enumerate_drafts
+from specdec_lib.models import LanguageModel
+from specdec_lib.models.offline import build_student
+from specdec_lib.models.synthetic import ContextIndependentLM
+from specdec_lib.results import VERDICTS
+from specdec_lib.sampling import process_logits
+from specdec_lib.verifiers import expected_tokens
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    target = LanguageModel(model, None, "tiny-target")
+    draft = LanguageModel(build_student(target, 1), None, "tiny-draft")
+    return E.Pair(target, draft, "hf", "tiny")
+
+
+def _prompt(ids, pid="writing-01"):
+    return E.PromptIds(pid, pid.split("-")[0], torch.tensor(ids))
+
+
+@pytest.mark.parametrize("shape,sampling", [("binary:3", "iid"), ("kary:2x3", "without_replacement"),
+                                            ("chain:3", "iid")])
+def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
+    T, top_p = 0.8, 0.9
+    prompt = _prompt([3, 9, 4, 17])
+    gen = torch.Generator().manual_seed(5)
+    text = _target_text(tiny_pair, prompt, 6, T, top_p, 11, gen)
+    assert len(text) == 6
+    parents = resolve_shape(shape)
+    ids = prompt.ids.tolist() + text
+    with torch.no_grad():
+        p_rows = process_logits(tiny_pair.target.logits(ids).double(), T, top_p, apply_top_p=True)
+        q_rows = process_logits(tiny_pair.draft.logits(ids).double(), T, top_p, apply_top_p=False)
+    trees = list(_hf_arm_trees(tiny_pair, prompt, text, parents, sampling, T, top_p, gen))
+    assert len(trees) == len(text)
+    for j, tree in enumerate(trees):
+        at = len(prompt.ids) - 1 + j
+        assert int(tree.tokens[0]) == ids[at]
+        assert torch.allclose(tree.target_probs[0].double(), p_rows[at], atol=2e-5)
+        assert torch.allclose(tree.draft_probs[0].double(), q_rows[at], atol=2e-5)
+        # a drafted child is scored by the target at context + child
+        child = tree.parent_list.index(0)
+        with torch.no_grad():
+            row = process_logits(tiny_pair.target.logits(ids[:at + 1] + [int(tree.tokens[child])]).double()[-1],
+                                 T, top_p, apply_top_p=True)
+        assert torch.allclose(tree.target_probs[child].double(), row, atol=2e-5)
+
+
+def test_frame_pairs_arms_per_context_and_feeds_a_gain_check(tiny_pair):
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01"), _prompt([5, 5], "math-01")]
+    arms = {"wide": ("binary:3", "iid"), "deep": ("chain:4", "iid"), "kary": ("kary:2x3", "without_replacement")}
+    frame = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, temperature=1.0, contexts=5, column="tree",
+                                             labels={"size": 8}, progress=False)
+    assert set(frame["tree"]) == set(arms) and (frame["size"] == 8).all()
+    keys = {name: set(map(tuple, g[["prompt_id", "step"]].to_numpy())) for name, g in frame.groupby("tree")}
+    assert keys["wide"] == keys["deep"] == keys["kary"] and len(keys["wide"]) == 15
+    assert frame.groupby("tree")["nodes"].first().to_dict() == {"wide": 6, "deep": 4, "kary": 6}
+    # the same seed gives the same frame
+    again = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, temperature=1.0, contexts=5, column="tree",
+                                             labels={"size": 8}, progress=False)
+    assert frame["expected_tokens"].tolist() == again["expected_tokens"].tolist()
+    claim = V.checked_claim(V.GainCheck("wide vs deep", "wide", "deep", column="tree"), frame, "sequoia", "-")
+    assert claim.verdict in VERDICTS and "seed" in claim.notes
+
+
+def test_toy_mean_matches_the_exact_expectation_over_drafts():
+    """Context-free toy pair: every context has the same rows, so the per-context mean of an arm's exact
+    expected tokens estimates E over drafted trees, computed here by enumerating every draft."""
+    target = ContextIndependentLM([0.4, 0.3, 0.2, 0.1])
+    draft = ContextIndependentLM([0.1, 0.2, 0.3, 0.4])
+    pair = E.Pair(target, draft, "toy", "context-free toy", context_free=True)
+    prompts = [_prompt([1], f"toy-{i:02d}") for i in range(40)]
+    for shape, sampling in [("binary:2", "iid"), ("kary:2x2", "without_replacement")]:
+        frame = paired_tokens_at_shared_contexts(pair, prompts, {"a": (shape, sampling)}, contexts=25,
+                                                 column="arm", progress=False)
+        parents = resolve_shape(shape)
+        # exact: the rows do not depend on the context, so enumerate drafts at any context
+        exact = sum(w * expected_tokens("token", t) for w, t in enumerate_drafts(target, draft, (1,), parents, sampling))
+        est, se = frame["expected_tokens"].mean(), frame["expected_tokens"].std() / len(frame) ** 0.5
+        assert abs(est - exact) < 4 * se + 1e-9, (shape, est, exact, se)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(arms={}), "arms"),
+    (dict(arms={"a": "chain:3"}), "arms['a']"),
+    (dict(arms={"a": ("chain:3", "greedy")}), "unknown sampling"),
+    (dict(arms={"a": ("chain:3", "iid")}, contexts=0), "contexts"),
+    (dict(arms={"a": ("chain:3", "iid")}, contexts=2.5), "contexts"),
+    (dict(arms={"a": ("chain:3", "iid")}, column="step"), "column"),
+])
+def test_bad_arguments_are_value_errors(kwargs, needle):
+    pair = E.toy_pair()
+    with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        paired_tokens_at_shared_contexts(pair, [_prompt([1])], progress=False, **kwargs)
