@@ -214,7 +214,7 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
         Comparison("traversal_binary", f"traversal vs token, binary depth {cfg.binary_depth}", "traversal", "binary",
                    f"binary:d{cfg.binary_depth}", "traversal_rb", "token"),
         Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
-                   "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", pair_on="prompt"),
+                   "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree"),
         Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "race",
                    f"batch:{cfg.race_batch}", "erss", "token"),
         Comparison("erss_sequence", f"ERSS vs GSS, sequence k = {cfg.race_sequence}", "erss", "race",
@@ -329,8 +329,10 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
 
     ``rows``: matched (P, Q) of this pair's draft (for the Sequoia / SpecInfer shapes). One long DataFrame
     (`experiments.paired_expected_tokens` columns) with ``experiment`` (chain | binary | race | trees) and,
-    for the trees, ``tree`` (Sequoia | SpecInfer), ``shape`` and ``predicted`` (the tree's expected tokens
-    under the positional model, `theory.expected_tokens_positional`)."""
+    for the trees, ``tree`` (Sequoia | SpecInfer), ``drafted`` (the shape) and ``predicted`` (the tree's expected
+    tokens under the positional model, `theory.expected_tokens_positional`). The two trees are drafted at the same
+    target-sampled contexts (`experiments.paired_tokens_at_shared_contexts`, ``cfg.max_new_tokens`` per prompt),
+    so they are paired per context like the verifiers on one tree."""
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
     frames = []
     if "chain" in cfg.experiments:
@@ -354,15 +356,15 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     if "trees" in cfg.experiments:
         P, Q = rows
         seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
-        predicted = {"Sequoia": expected_tokens_positional(seq_parents, p_wr),
-                     "SpecInfer": k_sequences_expected_tokens(p_iid, k, length)}
-        for name, shape, sampling in [("Sequoia", seq_parents, "without_replacement"),
-                                      ("SpecInfer", f"batch:{k}x{length}", "iid")]:
-            label = shape if isinstance(shape, str) else f"sequoia:{len(shape)} depth {_depth(shape)}"
-            frames.append(E.paired_tokens_by_prompt(pair, prompts, shape, sampling, T, ["token"],
-                                                    labels={"experiment": "trees", "tree": name, "shape": label,
-                                                            "predicted": predicted[name]},
-                                                    advance="token", **common))
+        arms = {"Sequoia": (seq_parents, "without_replacement"), "SpecInfer": (f"batch:{k}x{length}", "iid")}
+        trees = E.paired_tokens_at_shared_contexts(pair, prompts, arms, T, ["token"], contexts=cfg.max_new_tokens,
+                                                   seed=cfg.seed, column="tree", labels={"experiment": "trees"},
+                                                   progress=progress)
+        trees["drafted"] = trees["tree"].map({"Sequoia": f"sequoia:{len(seq_parents)} depth {_depth(seq_parents)}",
+                                              "SpecInfer": f"batch:{k}x{length}"})
+        trees["predicted"] = trees["tree"].map({"Sequoia": expected_tokens_positional(seq_parents, p_wr),
+                                                "SpecInfer": k_sequences_expected_tokens(p_iid, k, length)})
+        frames.append(trees)
     return pd.concat(frames, ignore_index=True)
 
 
