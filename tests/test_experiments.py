@@ -163,3 +163,35 @@ def test_star_rejection_from_rows_matches_the_closed_forms(verifier, sampling):
     assert (rej[3].to_numpy() < one - 0.05).all()  # more children: fewer rejections
     with pytest.raises(ValueError):
         E.star_rejection_from_rows(P, Q[:2], [1])
+
+
+def test_single_draft_acceptance_is_the_expectation_over_the_drafted_token():
+    """token: exactly E over the single iid draft of its exact acceptance (enumerated); erss: the closed form
+    equals the exact inclusion-exclusion of the race index at i = 1, and on race-drawn stars of a toy pair the
+    mean of the per-star exact acceptance agrees with the closed form within 4 standard errors."""
+    target, draft = random_markov_pair(4, 0.6, seed=5, eos=False)
+    drafts = exact.enumerate_drafts(target, draft, (2,), parse_shape("batch:1x1"), "iid")
+    law = E.star_index_law([E.TreeRecord("p", "c", 0, t, 0) for _, t in drafts], "token")
+    enumerated = float((law["p1"].to_numpy() * np.array([w for w, _ in drafts])).sum())
+    closed = E.single_draft_acceptance([E.TreeRecord("p", "c", 0, drafts[0][1], 0)], ["token"])["token"].iloc[0]
+    assert abs(closed - enumerated) < 1e-12
+
+    from specdec_lib.theory import erss_first_acceptance
+    from specdec_lib.theory.acceptance import _race_exact_row
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        p, q = rng.dirichlet(np.full(6, 0.5)), rng.dirichlet(np.full(6, 0.5))
+        assert abs(float(erss_first_acceptance(torch.tensor(p), torch.tensor(q))) - _race_exact_row(p, q, 1)[0]) < 1e-12
+
+    pair = E.toy_pair(6, 0.7, seed=1)
+    records = E.collect_trees(pair, E.prompts_for(pair, 40), "batch:1x1", "race", 1.0, max_new_tokens=20,
+                              advance="erss", progress=False)
+    exact_rb = E.single_draft_acceptance(records)
+    for verifier in ["token", "erss"]:
+        sampled = E.star_index_law(records, verifier)["p1"].to_numpy()
+        diff = sampled - exact_rb[verifier].to_numpy()
+        assert abs(diff.mean()) < 4 * diff.std() / np.sqrt(len(diff)), verifier
+        assert exact_rb[verifier].var() < sampled.var()  # the drafted token integrated out
+    with pytest.raises(ValueError, match="no closed form"):
+        E.single_draft_acceptance(records, ["traversal"])

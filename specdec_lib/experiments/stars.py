@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from .. import optimal_multidraft
-from ..theory import positional_acceptance
+from ..theory import erss_first_acceptance, positional_acceptance, total_variation
 from ..tree import DraftTree, restrict_to_shape
 from ..drafting import draw_children
 from ..exact import sample_tree
@@ -74,6 +74,28 @@ def star_index_law(records: Sequence[TreeRecord], verifier: str):
         law = exact_law(verifier, rec.tree)
         rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step,
                      **{f"p{i + 1}": float(law[c].sum()) for i, c in enumerate(kids)}})
+    return pd.DataFrame(rows)
+
+
+SINGLE_DRAFT_ACCEPTANCE = {  # verifier -> exact P(one draft accepted) from the context's rows (p, q)
+    "token": lambda p, q: 1.0 - total_variation(p, q),  # sum_x min(p, q): GSS / SpS / RRS with one draft
+    "erss": erss_first_acceptance,  # docs/methods/erss.md §3.6
+}
+
+
+def single_draft_acceptance(records: Sequence[TreeRecord], verifiers: Sequence[str] = ("token", "erss")):
+    """Per drafted tree, the exact probability that ONE draft at its root is accepted, given the root's rows
+    (target p, draft q): the drafted token is integrated out (Rao-Blackwell). Its mean over trees estimates
+    r(1) (`star_index_law`'s p1 for batch(1)) with the drafting noise removed. ``verifiers``: keys of
+    `SINGLE_DRAFT_ACCEPTANCE`. Returns a DataFrame: prompt_id, category, step, draw and one column per verifier."""
+    unknown = [v for v in verifiers if v not in SINGLE_DRAFT_ACCEPTANCE]
+    if unknown:
+        raise ValueError(f"verifiers {unknown}: no closed form; known: {', '.join(SINGLE_DRAFT_ACCEPTANCE)}")
+    rows = []
+    for rec in records:
+        p, q = _normalised(rec.tree.target_probs[0], rec.tree.draft_probs[0])
+        rows.append({"prompt_id": rec.prompt_id, "category": rec.category, "step": rec.step, "draw": rec.draw,
+                     **{v: float(SINGLE_DRAFT_ACCEPTANCE[v](p, q)) for v in verifiers}})
     return pd.DataFrame(rows)
 
 
