@@ -54,8 +54,10 @@ RULES: dict[str, Rule] = {
         "relative gain mean(A) / mean(B) - 1 of the pooled means over all steps (tokens per target call); "
         "for absolute quantities (rejection rates, r(1)) the difference of the means",
         "same contexts and the same drafted trees for both arms (pair_on='tree'); where the arms need "
-        "different trees (two sampling schemes, two tree shapes) the same prompts and drafting seeds, "
-        "paired by prompt (pair_on='prompt'); common random numbers in drafting",
+        "different trees (two sampling schemes, two tree shapes) each arm drafts its own tree at the same "
+        "target-sampled contexts (experiments.paired_tokens_at_shared_contexts), paired per context "
+        "(pair_on='tree'), or, where a verifier must advance the text itself, the same prompts and drafting "
+        "seeds, paired by prompt (pair_on='prompt'); common random numbers in drafting",
         _EXACT_TREE, _UNIT,
         "0.5% relative (half the paper's effect when that is below 1%)",
         "CI entirely beyond the null in the claimed direction and point estimate >= minimum effect",
