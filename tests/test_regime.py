@@ -42,20 +42,11 @@ def _random_rows(m, v, seed, concentration=0.3, zero_prob=0.0):
 
 
 @pytest.fixture(scope="module")
-def tiny_llamas():
+def tiny_llamas(tiny_llama):
     """A tiny random Llama target over 64 tokens (head scaled up so its laws are peaked: ~86% of the mass
     on 8 tokens) and its first layer as the draft, with a noisy, flatter copy of the target's head
     (acceptance ~0.4; ~0.73 for lam = 0.5)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(25.0)
-    tgt = LanguageModel(model, None, "tiny-target")
+    tgt = tiny_llama(VOCAB, head_scale=25.0)
     return tgt, _tiny_draft(tgt)
 
 

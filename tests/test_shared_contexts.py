@@ -28,17 +28,8 @@ VOCAB = 48
 
 
 @pytest.fixture(scope="module")
-def tiny_pair():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
-    target = LanguageModel(model, None, "tiny-target")
+def tiny_pair(tiny_llama):
+    target = tiny_llama(VOCAB, head_scale=20.0)
     draft = LanguageModel(build_student(target, 1), None, "tiny-draft")
     return E.Pair(target, draft, "hf", "tiny")
 
