@@ -104,7 +104,7 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
-    list) and a sampling scheme of `drafting.SAMPLING_MODES`. ``contexts``: tokens the target samples after
+    list) and a sampling scheme of `tree.SAMPLING_MODES`. ``contexts``: tokens the target samples after
     each prompt; position j's context is the prompt plus the first j of them. Returns the
     `paired_expected_tokens` frame of every arm, with ``step`` = the context position (the same for every
     arm, so `verdicts.GainCheck(..., column=column, pair_on="tree")` pairs arms per context), the arm's name
