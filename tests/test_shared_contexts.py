@@ -112,3 +112,19 @@ def test_bad_arguments_are_value_errors(kwargs, needle):
     pair = E.toy_pair()
     with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         paired_tokens_at_shared_contexts(pair, [_prompt([1])], progress=False, **kwargs)
+
+
+def test_views_and_separate_calls_share_the_contexts(tiny_pair):
+    """Two calls with the same prompts and seed, one arm each, meet at the same contexts (the target's text
+    depends only on the prompt and the seed), and nested views of one tree are evaluated on that tree."""
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    views = {1: lambda t: E.truncate_chain(t, 1), 3: lambda t: t}
+    one = paired_tokens_at_shared_contexts(tiny_pair, prompts, {"chain": ("chain:3", "iid")}, contexts=4,
+                                           views=views, progress=False)
+    two = paired_tokens_at_shared_contexts(tiny_pair, prompts, {"star": ("batch:3x1", "iid")}, contexts=4,
+                                           progress=False)
+    assert set(one["view"]) == {1, 3} and (one.query("view == 1")["nodes"] == 1).all()
+    keys = lambda f: set(map(tuple, f[["prompt_id", "step"]].to_numpy()))
+    assert keys(one) == keys(two) and len(keys(two)) == 8
+    a = one.query("view == 1")["expected_tokens"]  # one drafted token: between 1 and 2 tokens per step
+    assert (a >= 1).all() and (a <= 2).all()

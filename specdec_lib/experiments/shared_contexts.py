@@ -17,7 +17,7 @@ the target's text), the same weighting as the positional acceptance vectors of `
 from __future__ import annotations
 
 import zlib
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -100,7 +100,9 @@ def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[
 def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple[Any, str]],
                                      temperature: float = 1.0, verifiers: Sequence[str] = ("token",),
                                      top_p: float = 1.0, contexts: int = 16, seed: int = 0, column: str = "arm",
-                                     labels: Mapping[str, Any] | None = None, progress: bool = True) -> pd.DataFrame:
+                                     labels: Mapping[str, Any] | None = None,
+                                     views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
+                                     progress: bool = True) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -108,7 +110,10 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     each prompt; position j's context is the prompt plus the first j of them. Returns the
     `paired_expected_tokens` frame of every arm, with ``step`` = the context position (the same for every
     arm, so `verdicts.GainCheck(..., column=column, pair_on="tree")` pairs arms per context), the arm's name
-    in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns.
+    in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns. ``views``: as in
+    `paired_expected_tokens` (e.g. nested sub-shapes of each tree; default: the tree itself, view "tree").
+    The target's text depends only on the prompt and ``seed``, so separate calls with the same prompts and
+    seed (e.g. one per arm, with views of their own) also share their contexts.
     """
     arms_ = _check_arms(arms, temperature)
     if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
@@ -128,7 +133,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
             generator = torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003)
             for j, tree in enumerate(trees_of(pair, prompt, text, parents, sampling, temperature, top_p, generator)):
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample")
-                frames.append(paired_expected_tokens([record], verifiers, labels={**dict(labels or {}), column: name}))
+                frames.append(paired_expected_tokens([record], verifiers, views,
+                                                     labels={**dict(labels or {}), column: name}))
     if not frames:
         raise ValueError("no contexts collected (every target sample was empty)")
     return pd.concat(frames, ignore_index=True)
