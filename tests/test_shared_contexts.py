@@ -128,3 +128,21 @@ def test_views_and_separate_calls_share_the_contexts(tiny_pair):
     assert keys(one) == keys(two) and len(keys(two)) == 8
     a = one.query("view == 1")["expected_tokens"]  # one drafted token: between 1 and 2 tokens per step
     assert (a >= 1).all() and (a <= 2).all()
+
+
+def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
+    """The matched rows of `rows_at_shared_contexts` are the root rows of the trees drafted at the same
+    prompts, contexts and seed: acceptance vectors from them describe exactly the compared contexts."""
+    from specdec_lib.experiments.shared_contexts import _prompt_seed, rows_at_shared_contexts
+
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    P, Q = rows_at_shared_contexts(tiny_pair, prompts, 0.8, 0.9, contexts=5, seed=2)
+    assert P.shape == Q.shape == (10, VOCAB)
+    roots_p, roots_q = [], []
+    for prompt in prompts:
+        s = _prompt_seed(2, prompt)
+        text = _target_text(tiny_pair, prompt, 5, 0.8, 0.9, s, torch.Generator().manual_seed(s))
+        for tree in _hf_arm_trees(tiny_pair, prompt, text, [-1, 0], "iid", 0.8, 0.9, torch.Generator().manual_seed(0)):
+            roots_p.append(tree.target_probs[0].double())
+            roots_q.append(tree.draft_probs[0].double())
+    assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)

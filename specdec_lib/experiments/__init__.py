@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
 from .collection import TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
-from .shared_contexts import paired_tokens_at_shared_contexts
+from .shared_contexts import paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
                     prompt_categories, prompts_for, settings, settings_table, toy_pair)
 from .stars import (ccdf, first_level_against_optimum, positional_vector, sampled_accepted_lengths,
@@ -44,7 +44,7 @@ from .traversal_checks import collect_depth_trend, collect_first_level, real_pai
 __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
-           "paired_tokens_at_shared_contexts",
+           "paired_tokens_at_shared_contexts", "rows_at_shared_contexts",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector",

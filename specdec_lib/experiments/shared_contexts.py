@@ -97,6 +97,42 @@ def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[
         dsess.commit([], token, tree.tokens, tree.parents)
 
 
+def rows_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 1.0, top_p: float = 1.0,
+                            contexts: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Matched (target, draft) next-token rows ``(P [M, V], Q [M, V])`` float64 at exactly the contexts that
+    `paired_tokens_at_shared_contexts` drafts at with the same prompts, ``contexts`` and ``seed`` (the same
+    target text), one row per position, processed as the trees' root rows are (top-p on the target only).
+    Acceptance vectors measured on them describe the same contexts as the trees compared there."""
+    P, Q = [], []
+    for prompt in prompts:
+        prompt_seed = _prompt_seed(seed, prompt)
+        text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
+                            torch.Generator().manual_seed(prompt_seed))
+        if not text:
+            continue
+        ids = prompt.ids.tolist() + text
+        if pair.kind == "toy":
+            target, draft = _toy_models(pair, temperature, top_p)
+            P += [target.probs(tuple(ids[:len(prompt.ids) + j])).to(torch.float64) for j in range(len(text))]
+            Q += [draft.probs(tuple(ids[:len(prompt.ids) + j])).to(torch.float64) for j in range(len(text))]
+            continue
+        start = len(prompt.ids) - 1
+        with torch.no_grad():
+            pl = pair.target.logits(ids[:-1])[start:start + len(text)]
+            ql = pair.draft.logits(ids[:-1])[start:start + len(text)]
+        P.append(process_logits(pl.double(), temperature, top_p, apply_top_p=True))
+        Q.append(process_logits(ql.double(), temperature, top_p, apply_top_p=False))
+    if not P:
+        raise ValueError("no rows collected (every target sample was empty)")
+    if pair.kind == "toy":
+        return torch.stack(P), torch.stack(Q)
+    return torch.cat(P), torch.cat(Q)
+
+
+def _prompt_seed(seed: int, prompt: PromptIds) -> int:
+    return seed * 100_003 + zlib.crc32(prompt.id.encode()) % 100_003  # independent of list order
+
+
 def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple[Any, str]],
                                      temperature: float = 1.0, verifiers: Sequence[str] = ("token",),
                                      top_p: float = 1.0, contexts: int = 16, seed: int = 0, column: str = "arm",
@@ -126,7 +162,7 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         iterator = tqdm(list(prompts), desc=f"{len(arms_)} arms at shared contexts T={temperature}", leave=False)
     trees_of = _toy_arm_trees if pair.kind == "toy" else _hf_arm_trees
     for prompt in iterator:
-        prompt_seed = seed * 100_003 + zlib.crc32(prompt.id.encode()) % 100_003  # independent of list order
+        prompt_seed = _prompt_seed(seed, prompt)
         text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
         for name, (parents, sampling) in arms_.items():
