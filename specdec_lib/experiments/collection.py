@@ -214,6 +214,20 @@ def _replay_path(tree: DraftTree, tokens: Sequence[int]) -> tuple[int, ...]:
     return tuple(path)
 
 
+def teacher_forced_rows(pair: Pair, prompt_ids: Sequence[int], text: Sequence[int], temperature: float,
+                        top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P [n, V], Q [n, V]) float64 for an hf pair: the target's and the draft's next-token rows after the
+    prompt followed by each prefix of ``text`` (one causal forward of each model), processed by
+    `sampling.process_logits` with top-p on the target only."""
+    ids = list(prompt_ids) + list(text)
+    start, n = len(prompt_ids) - 1, len(text)
+    with torch.no_grad():
+        pl = pair.target.logits(ids[:-1])[start:start + n]
+        ql = pair.draft.logits(ids[:-1])[start:start + n]
+    return (process_logits(pl.double(), temperature, top_p, apply_top_p=True),
+            process_logits(ql.double(), temperature, top_p, apply_top_p=False))
+
+
 def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, progress: bool = True
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -244,18 +258,16 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
         out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
                                       max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
                                       seed=seed * 100_003 + k)
-        ids = prompt.ids.tolist() + list(out.tokens)
-        n = len(out.tokens)
-        if n == 0:
+        if len(out.tokens) == 0:
             continue
-        start = len(prompt.ids) - 1
-        with torch.no_grad():
-            pl = pair.target.logits(ids[:-1])[start:start + n]
-            ql = pair.draft.logits(ids[:-1])[start:start + n]
-        P.append(process_logits(pl.double(), temperature, top_p, apply_top_p=True))
-        Q.append(process_logits(ql.double(), temperature, top_p, apply_top_p=False))
+        p_rows, q_rows = teacher_forced_rows(pair, prompt.ids.tolist(), list(out.tokens), temperature, top_p)
+        P.append(p_rows)
+        Q.append(q_rows)
+    return joined_rows(P, Q, pair.kind)
+
+
+def joined_rows(P: list, Q: list, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Collected rows as two [M, V] tensors (a toy pair collects single rows, an hf pair blocks of rows)."""
     if not P:
         raise ValueError("no rows collected (every generation was empty)")
-    if pair.kind == "toy":
-        return torch.stack(P), torch.stack(Q)
-    return torch.cat(P), torch.cat(Q)
+    return (torch.stack(P), torch.stack(Q)) if kind == "toy" else (torch.cat(P), torch.cat(Q))

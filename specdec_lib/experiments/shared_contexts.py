@@ -28,7 +28,7 @@ from ..exact import sample_tree
 from ..progress import tqdm
 from ..sampling import process_logits
 from ..tree import SAMPLING_MODES, DraftTree
-from .collection import TreeRecord, _toy_models, _toy_race_tree
+from .collection import TreeRecord, _toy_models, _toy_race_tree, joined_rows, teacher_forced_rows
 from .paired import paired_expected_tokens
 from .setup import Pair, PromptIds
 
@@ -116,17 +116,10 @@ def rows_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], temperatur
             P += [target.probs(tuple(ids[:len(prompt.ids) + j])).to(torch.float64) for j in range(len(text))]
             Q += [draft.probs(tuple(ids[:len(prompt.ids) + j])).to(torch.float64) for j in range(len(text))]
             continue
-        start = len(prompt.ids) - 1
-        with torch.no_grad():
-            pl = pair.target.logits(ids[:-1])[start:start + len(text)]
-            ql = pair.draft.logits(ids[:-1])[start:start + len(text)]
-        P.append(process_logits(pl.double(), temperature, top_p, apply_top_p=True))
-        Q.append(process_logits(ql.double(), temperature, top_p, apply_top_p=False))
-    if not P:
-        raise ValueError("no rows collected (every target sample was empty)")
-    if pair.kind == "toy":
-        return torch.stack(P), torch.stack(Q)
-    return torch.cat(P), torch.cat(Q)
+        p_rows, q_rows = teacher_forced_rows(pair, prompt.ids.tolist(), text, temperature, top_p)
+        P.append(p_rows)
+        Q.append(q_rows)
+    return joined_rows(P, Q, pair.kind)
 
 
 def _prompt_seed(seed: int, prompt: PromptIds) -> int:
