@@ -146,3 +146,18 @@ def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
             roots_p.append(tree.target_probs[0].double())
             roots_q.append(tree.draft_probs[0].double())
     assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)
+
+
+def test_rows_index_names_the_steps_of_the_trees_drafted_there(tiny_pair):
+    """``with_index=True`` names each row's context with the (prompt_id, step) keys of the trees drafted there."""
+    from specdec_lib.experiments.shared_contexts import rows_at_shared_contexts
+
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    P, _, index = rows_at_shared_contexts(tiny_pair, prompts, 1.0, contexts=4, seed=3, with_index=True)
+    trees = paired_tokens_at_shared_contexts(tiny_pair, prompts, {"a": ("chain:1", "iid")}, 1.0, contexts=4, seed=3,
+                                             progress=False)
+    assert len(index) == P.shape[0] == 8
+    assert list(index.columns) == ["prompt_id", "category", "step"]
+    assert set(map(tuple, index[["prompt_id", "step"]].values)) == set(map(tuple, trees[["prompt_id", "step"]].values))
+    with pytest.raises(ValueError, match="contexts"):
+        rows_at_shared_contexts(tiny_pair, prompts, contexts=0)

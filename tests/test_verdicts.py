@@ -327,3 +327,32 @@ def test_paired_difference():
     assert np.isnan(V.paired_difference([1.0], [0.5])[1])
     with pytest.raises(ValueError, match="matched"):
         V.paired_difference([1.0, 2.0], [1.0])
+
+
+def _model_gap_frame(gap, contexts=40, seed=0):
+    """Per context: vectors (p1, p2) and a value = predict(vector) * (1 + gap), predict linear."""
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.1, 0.4, size=(contexts, 2))
+    return pd.DataFrame({"prompt_id": [f"qa-{i // 4:02d}/s0" for i in range(contexts)], "method": "A",
+                         "p1": p[:, 0], "p2": p[:, 1], "expected_tokens": (1 + p.sum(1)) * (1 + gap)})
+
+
+def test_model_gap_check_resamples_the_model_with_the_measurement():
+    predict = lambda v: 1 + v.sum()
+    check = V.ModelGapCheck("measured above the model", predict, ["p1", "p2"])
+    # value = prediction per context: a linear model recomputed on every resample cancels exactly (CI [0, 0])
+    tied = check.evaluate(_model_gap_frame(0.0))
+    assert abs(tied.estimate) < 1e-12 and abs(tied.ci_low) < 1e-12 and abs(tied.ci_high) < 1e-12
+    assert tied.verdict == "not reproduced"
+    above = check.evaluate(_model_gap_frame(0.03))
+    assert above.verdict == "reproduced" and abs(above.estimate - 0.03) < 1e-12 and "vs model" in above.detail
+    below = V.ModelGapCheck("below", predict, ["p1", "p2"], direction="<").evaluate(_model_gap_frame(0.03))
+    assert below.verdict == "not reproduced"
+    # every rule over cells of ModelGapCheck
+    two = pd.concat([_model_gap_frame(0.03), _model_gap_frame(0.001).assign(method="B")], ignore_index=True)
+    every = V.EveryCheck("both methods", ["method"], check).evaluate(two)
+    assert every.verdict == "partly" and every.rule == "every"  # B's gap is below the minimum effect
+    with pytest.raises(ValueError, match="lacks the columns"):
+        check.evaluate(_model_gap_frame(0.0).drop(columns="p2"))
+    with pytest.raises(ValueError, match="complete rows"):
+        check.evaluate(_model_gap_frame(0.0).assign(p1=np.nan))

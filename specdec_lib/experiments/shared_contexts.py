@@ -98,18 +98,23 @@ def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[
 
 
 def rows_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 1.0, top_p: float = 1.0,
-                            contexts: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                            contexts: int = 16, seed: int = 0, with_index: bool = False):
     """Matched (target, draft) next-token rows ``(P [M, V], Q [M, V])`` float64 at exactly the contexts that
     `paired_tokens_at_shared_contexts` drafts at with the same prompts, ``contexts`` and ``seed`` (the same
     target text), one row per position, processed as the trees' root rows are (top-p on the target only).
-    Acceptance vectors measured on them describe the same contexts as the trees compared there."""
-    P, Q = [], []
+    Acceptance vectors measured on them describe the same contexts as the trees compared there.
+    ``with_index=True`` also returns a DataFrame (prompt_id, category, step) naming each row's context with
+    the ``step`` that `paired_tokens_at_shared_contexts` gives the trees drafted there: ``(P, Q, index)``."""
+    if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
+        raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
+    P, Q, index = [], [], []
     for prompt in prompts:
         prompt_seed = _prompt_seed(seed, prompt)
         text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
         if not text:
             continue
+        index += [{"prompt_id": prompt.id, "category": prompt.category, "step": j} for j in range(len(text))]
         ids = prompt.ids.tolist() + text
         if pair.kind == "toy":
             target, draft = _toy_models(pair, temperature, top_p)
@@ -119,7 +124,8 @@ def rows_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], temperatur
         p_rows, q_rows = teacher_forced_rows(pair, prompt.ids.tolist(), text, temperature, top_p)
         P.append(p_rows)
         Q.append(q_rows)
-    return joined_rows(P, Q, pair.kind)
+    rows = joined_rows(P, Q, pair.kind)
+    return (*rows, pd.DataFrame(index, columns=["prompt_id", "category", "step"])) if with_index else rows
 
 
 def _prompt_seed(seed: int, prompt: PromptIds) -> int:

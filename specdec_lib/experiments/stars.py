@@ -99,6 +99,39 @@ def single_draft_acceptance(records: Sequence[TreeRecord], verifiers: Sequence[s
     return pd.DataFrame(rows)
 
 
+INDEX_LAW_SCHEME = {"token": "without_replacement", "erss": "race"}
+"""Verifier on race-drafted children -> the `theory.positional_acceptance` scheme that is its index law: a
+race's children arrive in the order of sampling without replacement and the token verifier ignores the
+race times, so GSS on them is Sequoia's scheme; ERSS is the race itself (docs/methods/erss.md §3.2)."""
+
+
+def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index, max_index: int, verifier: str,
+                      num_samples: int = 64, seed: int = 0):
+    """Per matched context (row of ``target_rows`` / ``draft_rows``, named by the ``index`` frame of
+    `rows_at_shared_contexts(..., with_index=True)`): the probability that ``verifier`` accepts the i-th child
+    of a star drafted there by a race, i = 1..``max_index``, with the star integrated out: Rao-Blackwellised
+    Monte Carlo over ``num_samples`` stars per row (`theory.positional_acceptance`, `INDEX_LAW_SCHEME`), and
+    p1 in closed form (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
+    r, `positional_vector`; 1 + p1 + ... + pk is batch(k)'s expected tokens at that context), without the
+    noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK."""
+    if verifier not in INDEX_LAW_SCHEME:
+        raise ValueError(f"verifier {verifier!r}: no index-law scheme; known: {', '.join(INDEX_LAW_SCHEME)}")
+    target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
+    if target_rows.shape != draft_rows.shape or target_rows.dim() != 2:
+        raise ValueError(f"need matched [M, V] rows, got {tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    if len(index) != target_rows.shape[0]:
+        raise ValueError(f"index has {len(index)} rows for {target_rows.shape[0]} contexts")
+    if isinstance(max_index, bool) or not isinstance(max_index, int) or not 1 <= max_index < target_rows.shape[1]:
+        raise ValueError(f"max_index must be an int in [1, V - 1], got {max_index!r}")
+    law = positional_acceptance(target_rows, draft_rows, max_index, INDEX_LAW_SCHEME[verifier], num_samples=num_samples,
+                                per_row=True, generator=torch.Generator().manual_seed(seed)).numpy().copy()
+    law[:, 0] = [float(SINGLE_DRAFT_ACCEPTANCE[verifier](*_normalised(p, q))) for p, q in zip(target_rows, draft_rows)]
+    out = index.reset_index(drop=True).copy()
+    for i in range(max_index):
+        out[f"p{i + 1}"] = law[:, i]
+    return out
+
+
 def positional_vector(index_law) -> np.ndarray:
     """Mean of the p1..pK columns of `star_index_law` (the measured positional acceptance vector)."""
     cols = [c for c in index_law.columns if c.startswith("p") and c[1:].isdigit()]

@@ -1,13 +1,13 @@
 """Checks that apply a rule to a stored per-step frame: paired sums per prompt, the clustered bootstrap
-over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck`, the seed-stability check and
-the claim rows they produce (`checked_claim`)."""
+over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck`, the
+seed-stability check and the claim rows they produce (`checked_claim`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -164,19 +164,64 @@ class GainCheck:
 
 @dataclass
 class EveryCheck:
-    """``GainCheck`` in every cell of ``by`` (the 'every' rule)."""
+    """A cell check (`GainCheck` or `ModelGapCheck`) in every cell of ``by`` (the 'every' rule)."""
 
     claim: str
     by: Sequence[str]
-    cell: GainCheck
+    cell: Any
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
         frame = _filter(frame, self.cell.where)
         decisions = []
         for _, part in frame.groupby(list(self.by), dropna=False, sort=True):
-            cell = GainCheck(**{**self.cell.__dict__, "where": {}})
-            decisions.append(cell.evaluate(part, seed, n_boot))
+            decisions.append(replace(self.cell, where={}).evaluate(part, seed, n_boot))
         return decide_every(decisions)
+
+
+@dataclass
+class ModelGapCheck:
+    """A measured mean against a model's prediction computed from measured vectors, both from the same
+    contexts and the same resampled prompts (the superiority rule on the relative gap measured / predicted - 1).
+
+    ``frame`` holds one row per context with the measured ``value`` (e.g. the exact expected tokens of the
+    sequence drafted there) and the per-context vectors in ``vector_columns`` (e.g. p1..pK of
+    `experiments.index_law_at_rows` at the same context). ``predict`` maps the mean vector to the model's
+    value (e.g. the 0th-order G of the sequence). The bootstrap resamples prompts and recomputes both the
+    mean and the prediction, so the model's own estimation error is inside the CI."""
+
+    claim: str
+    predict: Callable[[np.ndarray], float]
+    vector_columns: Sequence[str]
+    where: Mapping[str, Any] = field(default_factory=dict)
+    value: str = "expected_tokens"
+    direction: str = ">"
+    min_effect: float = MIN_EFFECT["superiority"]
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        frame = _filter(frame, self.where)
+        cols = [self.value, *self.vector_columns]
+        missing = [c for c in cols + ["prompt_id"] if c not in frame.columns]
+        if missing:
+            raise ValueError(f"frame lacks the columns {missing}")
+        if frame.empty or frame[cols].isna().any().any():
+            raise ValueError("frame must hold complete rows (a value and every vector column) for at least one context")
+        per_cluster = frame.assign(_cluster=frame["prompt_id"].map(cluster_of)).groupby("_cluster")
+        sums, n = per_cluster[cols].sum().to_numpy(), per_cluster.size().to_numpy()
+
+        def gap(rows):
+            total, count = sums[rows].sum(0), n[rows].sum()
+            return (total[0] / count) / float(self.predict(total[1:] / count)) - 1.0
+
+        everything = np.arange(len(n))
+        est = gap(everything)
+        if len(n) >= 2:
+            lo, hi = _ci(np.array([gap(rows) for rows in bootstrap_indices(len(n), n_boot, seed)]))
+        else:
+            lo = hi = float("nan")
+        d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
+        measured = sums[:, 0].sum() / n.sum()
+        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
+                        f"{d.detail}; measured {measured:.4f} vs model {measured / (1 + est):.4f}", d.power)
 
 
 @dataclass
@@ -343,7 +388,7 @@ STABLE_MARK = "same verdict under bootstrap seeds"
 
 def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
                   n_boot: int = 2000, ours: str | None = None, notes: str = "") -> Claim:
-    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck or IdentityCheck) under each bootstrap seed
+    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, IdentityCheck or ModelGapCheck) under each bootstrap seed
     and record the first seed's decision as a claim. Its notes name the rule and say whether every seed
     gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
     the CI end sits within Monte-Carlo error of the null or the margin)."""

@@ -1,0 +1,84 @@
+"""`experiments.index_law_at_rows`: per context, the probability that GSS (token verifier) or ERSS accepts the
+i-th child of a race-drafted star, with the star integrated out.
+
+Checked against the verifiers themselves: on small vocabularies, stars are drafted by races
+(`drafting.draw_children`, race times kept) and `verifiers.exact_law` gives each child's acceptance
+probability; their mean over many stars must match the function (exact schemes at V = 5). The control: the
+i.i.d. scheme (SpecInfer's children drawn with replacement) is a different law and must not match GSS on
+race-drawn stars."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from specdec_lib import experiments as E
+from specdec_lib.drafting import draw_children
+from specdec_lib.theory import positional_acceptance
+from specdec_lib.tree import DraftTree
+from specdec_lib.verifiers import exact_law
+
+V, K, STARS = 5, 3, 6000
+
+
+def _rows(m, seed):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(2 * torch.randn(m, V, generator=g, dtype=torch.float64), 1)
+    q = torch.softmax(2 * torch.randn(m, V, generator=g, dtype=torch.float64), 1)
+    return p, q
+
+
+def _index(m):
+    return pd.DataFrame({"prompt_id": [f"qa-{i:02d}" for i in range(m)], "category": "qa", "step": range(m)})
+
+
+def _mean_star_law(p, q, verifier, seed=0):
+    """Mean over race-drafted stars of exact_law's probability that child i is the accepted one."""
+    g = torch.Generator().manual_seed(seed)
+    total = torch.zeros(K, dtype=torch.float64)
+    for _ in range(STARS):
+        kids, race = draw_children(q, K, "race", g)
+        tokens = torch.cat([torch.zeros(1, dtype=torch.long), kids])
+        draft = torch.zeros(K + 1, V, dtype=torch.float64)
+        draft[0] = q
+        races = torch.ones(K + 1, V, dtype=torch.float64)  # the leaves' races only shape the bonus token
+        races[0] = race
+        tree = DraftTree(tokens, torch.tensor([-1] + [0] * K), draft, p.expand(K + 1, -1).clone(), sampling="race",
+                         race=races)
+        law = exact_law(verifier, tree)
+        total += torch.stack([law[c].sum() for c in range(1, K + 1)])
+    return total / STARS
+
+
+@pytest.mark.parametrize("verifier", ["token", "erss"])
+def test_matches_the_verifier_on_race_drafted_stars(verifier):
+    p, q = _rows(2, 1)
+    law = E.index_law_at_rows(p, q, _index(2), K, verifier)
+    assert list(law.columns) == ["prompt_id", "category", "step", "p1", "p2", "p3"]
+    for m in range(2):
+        measured = _mean_star_law(p[m], q[m], verifier, seed=m)
+        ours = torch.tensor(law.loc[m, ["p1", "p2", "p3"]].to_numpy(dtype=float))
+        assert torch.allclose(ours, measured, atol=0.02), (verifier, ours, measured)
+
+
+def test_first_index_is_the_closed_form():
+    p, q = _rows(3, 2)
+    gss = E.index_law_at_rows(p, q, _index(3), K, "token")
+    assert torch.allclose(torch.tensor(gss["p1"].to_numpy()), 1 - 0.5 * (p - q).abs().sum(1), atol=1e-12)
+
+
+def test_control_iid_children_are_a_different_law():
+    p, q = _rows(2, 1)
+    iid = positional_acceptance(p, q, K, "iid", per_row=True)[0]
+    measured = _mean_star_law(p[0], q[0], "token")
+    assert (iid - measured).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("kwargs,needle", [({"verifier": "spectr"}, "verifier"), ({"max_index": 0}, "max_index"),
+                                           ({"max_index": 2.0}, "max_index"), ({"index": _index(1)}, "index")])
+def test_bad_arguments_are_value_errors(kwargs, needle):
+    p, q = _rows(2, 1)
+    args = {"index": _index(2), "max_index": K, "verifier": "token", **kwargs}
+    with pytest.raises(ValueError, match=needle):
+        E.index_law_at_rows(p, q, args.pop("index"), args.pop("max_index"), args.pop("verifier"))
