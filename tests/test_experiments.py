@@ -211,3 +211,20 @@ def test_step_seconds_pool_the_shared_work_and_keep_each_verifiers_own_cost():
         E.step_seconds_shared_work(pd.DataFrame(rows), ["asps"])
     with pytest.raises(ValueError, match="one shape"):
         E.step_seconds_shared_work(pd.DataFrame(rows).assign(shape=["chain:8"] * 5 + ["chain:4"]), ["token", "block"])
+
+
+def test_kseq_rejection_from_rows_is_the_mean_over_drawn_stars():
+    """SpecTr's exact per-context rejection (drafts integrated out) equals the mean of the exact rejection of
+    drawn i.i.d. stars (`star_rejection_from_rows`), and 1 - sum min(p, q) at k = 1 (the maximal coupling)."""
+    gen = torch.Generator().manual_seed(0)
+    P, Q = (-torch.log(torch.rand(2, 3, 5, generator=gen, dtype=torch.float64))).unbind(0)
+    P, Q = P / P.sum(1, keepdim=True), Q / Q.sum(1, keepdim=True)
+    exact = E.kseq_rejection_from_rows(P, Q, [1, 3]).set_index(["row", "k"])["rejection"].unstack()
+    drawn = E.star_rejection_from_rows(P.repeat(1500, 1), Q.repeat(1500, 1), [1, 3], "spectr", "iid", seed=2)
+    mean = drawn.assign(row=drawn["row"] % 3).groupby(["row", "k"])["rejection"].mean().unstack()
+    assert np.allclose(exact.to_numpy(), mean.to_numpy(), atol=0.04)  # Monte Carlo over 1500 stars: SE <= 0.013
+    assert np.allclose(exact[1].to_numpy(), 1 - torch.minimum(P, Q).sum(1).numpy(), atol=1e-12)
+    with pytest.raises(ValueError, match="ks"):
+        E.kseq_rejection_from_rows(P, Q, [0])
+    with pytest.raises(ValueError, match="matched"):
+        E.kseq_rejection_from_rows(P, Q[:2], [1])

@@ -56,6 +56,24 @@ def star_rejection_from_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor
     return pd.DataFrame(rows)
 
 
+def kseq_rejection_from_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, ks: Sequence[int]):
+    """SpecTr's K-SEQ rejection rate per matched context with the k i.i.d. drafts integrated out: exactly
+    (1 - beta)^k with (rho, beta) = `verifiers.spectr.kseq_rho` (tests/test_optimal_multidraft.py checks
+    1 - (1 - beta)^k against enumerated stars). Rows are renormalised in float64. Returns a DataFrame: row, k,
+    rejection (the same frame as `star_rejection_from_rows`, without the noise of one drawn star per row)."""
+    target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
+    if target_rows.shape != draft_rows.shape or target_rows.dim() != 2:
+        raise ValueError(f"need matched [M, V] rows, got {tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive numbers of drafts, got {ks}")
+    rows = []
+    for m in range(target_rows.shape[0]):
+        p, q = _normalised(target_rows[m], draft_rows[m])
+        rows += [{"row": m, "k": k, "rejection": (1.0 - kseq_rho(p, q, k)[1]) ** k} for k in ks]
+    return pd.DataFrame(rows)
+
+
 def star_index_law(records: Sequence[TreeRecord], verifier: str):
     """Per drafted star (``batch:Kx1``): the exact probability that the verifier accepts the i-th child.
 
@@ -196,8 +214,7 @@ def first_level_against_optimum(target_rows: torch.Tensor, draft_rows: torch.Ten
     for j, k in enumerate(ks):
         values = {"token": rrs[:, :k].sum(1), "optimal": best[:, j]}
         if sampling == "iid":  # rows renormalised in float64, as optimal_acceptance_rows does
-            values["spectr"] = np.array([1.0 - (1.0 - kseq_rho(*_normalised(target_rows[m], draft_rows[m]), k)[1]) ** k
-                                         for m in rows])
+            values["spectr"] = 1.0 - kseq_rejection_from_rows(target_rows, draft_rows, [k])["rejection"].to_numpy()
         parts += [pd.DataFrame({"row": rows, "k": k, "sampling": sampling, "verifier": name, "acceptance": v})
                   for name, v in values.items()]
     return pd.concat(parts, ignore_index=True)
