@@ -161,3 +161,28 @@ def test_rows_index_names_the_steps_of_the_trees_drafted_there(tiny_pair):
     assert set(map(tuple, index[["prompt_id", "step"]].values)) == set(map(tuple, trees[["prompt_id", "step"]].values))
     with pytest.raises(ValueError, match="contexts"):
         rows_at_shared_contexts(tiny_pair, prompts, contexts=0)
+
+
+def test_longer_texts_extend_shorter_ones(tiny_pair):
+    """The target's text for ``contexts`` = n is the prefix of its text for more contexts (token-by-token sampling
+    with the same generator), so an arm given more contexts (to average out more drafting noise) still pairs
+    with the other arms on their common positions."""
+    prompt = _prompt([3, 9, 4, 17])
+    short = paired_tokens_at_shared_contexts(tiny_pair, [prompt], {"a": ("chain:2", "iid")}, 1.0, contexts=3, seed=4,
+                                             progress=False)
+    long = paired_tokens_at_shared_contexts(tiny_pair, [prompt], {"a": ("chain:2", "iid")}, 1.0, contexts=6, seed=4,
+                                            progress=False)
+    s = _prompt_text(tiny_pair, prompt, 3)
+    assert s == _prompt_text(tiny_pair, prompt, 6)[:3]
+    assert set(short["step"]) == {0, 1, 2} and set(long["step"]) == set(range(6))
+    merged = short.merge(long, on=["prompt_id", "step", "view", "verifier"], suffixes=("_s", "_l"))
+    assert len(merged) == len(short)  # every short step pairs with the long run's step at the same context
+    assert torch.allclose(torch.tensor(merged["expected_tokens_s"].to_numpy()),
+                          torch.tensor(merged["expected_tokens_l"].to_numpy()), atol=1e-6)  # and the same trees
+
+
+def _prompt_text(pair, prompt, contexts, seed=4):
+    from specdec_lib.experiments.shared_contexts import _prompt_seed
+
+    s = _prompt_seed(seed, prompt)
+    return _target_text(pair, prompt, contexts, 1.0, 1.0, s, torch.Generator().manual_seed(s))
