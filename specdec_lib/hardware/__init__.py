@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .cost_model import (
     CHAIN_VERIFIERS, SEQUOIA_DEMO_DRAFT_COST, SEQUOIA_DEMO_PROFILE, ChainPlan, TreePlan, level_cost, normalised_times,
-    optimize_chain, optimize_tree, predicted_speedup_over, predicted_step_seconds, profile_times,
+    optimize_chain, optimize_tree, predicted_step_seconds, profile_times,
 )
 from .profiling import (
     DATA_DIR, SHAPES, load_profile, main, profile, save_profile, shape_config, shape_only_model,
@@ -20,5 +20,5 @@ __all__ = [
     "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
     "normalised_times",
     "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
-    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds", "predicted_speedup_over",
+    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds",
 ]

@@ -150,19 +150,6 @@ def predicted_step_seconds(target_profile, draft_cost, size: int, depth: int, st
     return times[size] + depth * _draft_cost(draft_cost) + step_overhead
 
 
-def predicted_speedup_over(baseline_step_seconds: float, expected_tokens: float, step_seconds: float) -> float:
-    """Predicted end-to-end speedup over a MEASURED autoregressive decoder: expected tokens per step times the
-    baseline's seconds per token over the predicted seconds per speculative step. :func:`optimize_tree`
-    normalises by the profiled t(1) instead, which ranks trees identically (a common factor) but is not the
-    step time of the autoregressive decoder a speedup is measured against (different cache length and code
-    path)."""
-    for name, value in (("baseline_step_seconds", baseline_step_seconds), ("expected_tokens", expected_tokens),
-                        ("step_seconds", step_seconds)):
-        if not math.isfinite(float(value)) or float(value) <= 0:
-            raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return float(expected_tokens) * float(baseline_step_seconds) / float(step_seconds)
-
-
 @dataclass(frozen=True)
 class ChainPlan:
     """Result of :func:`optimize_chain`: the best draft length ``gamma`` for one chain verifier.
