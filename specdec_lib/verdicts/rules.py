@@ -52,7 +52,9 @@ RULES: dict[str, Rule] = {
     "superiority": Rule(
         "superiority",
         "relative gain mean(A) / mean(B) - 1 of the pooled means over all steps (tokens per target call); "
-        "for absolute quantities (rejection rates, r(1)) the difference of the means",
+        "for absolute quantities (rejection rates, r(1)) the difference of the means; against a model's prediction "
+        "(0th-order G from measured r) the relative gap measured / predicted - 1, the prediction recomputed from "
+        "the vectors measured at the same contexts in every resample (`ModelGapCheck`)",
         "same contexts and the same drafted trees for both arms (pair_on='tree'); where the arms need "
         "different trees (two sampling schemes, two tree shapes) each arm drafts its own tree at the same "
         "target-sampled contexts (experiments.paired_tokens_at_shared_contexts), paired per context "
