@@ -76,7 +76,8 @@ def test_control_iid_children_are_a_different_law():
 
 
 @pytest.mark.parametrize("kwargs,needle", [({"verifier": "spectr"}, "verifier"), ({"max_index": 0}, "max_index"),
-                                           ({"max_index": 2.0}, "max_index"), ({"index": _index(1)}, "index")])
+                                           ({"max_index": 2.0}, "max_index"), ({"index": _index(1)}, "index"),
+                                           ({"index": [0, 1]}, "index must be a DataFrame")])
 def test_bad_arguments_are_value_errors(kwargs, needle):
     p, q = _rows(2, 1)
     args = {"index": _index(2), "max_index": K, "verifier": "token", **kwargs}

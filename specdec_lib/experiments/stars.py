@@ -127,9 +127,10 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
                       num_samples: int = 64, seed: int = 0):
     """Per matched context (row of ``target_rows`` / ``draft_rows``, named by the ``index`` frame of
     `rows_at_shared_contexts(..., with_index=True)`): the probability that ``verifier`` accepts the i-th child
-    of a star drafted there by a race, i = 1..``max_index``, with the star integrated out: Rao-Blackwellised
-    Monte Carlo over ``num_samples`` stars per row (`theory.positional_acceptance`, `INDEX_LAW_SCHEME`), and
-    p1 in closed form (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
+    of a star drafted there by a race, i = 1..``max_index``, with the star integrated out: Monte Carlo over
+    ``num_samples`` stars per row (`theory.positional_acceptance`, `INDEX_LAW_SCHEME`; Rao-Blackwellised for GSS,
+    whose acceptance given the rejected draws is exact; ERSS's race index is sampled), and p1 in closed form
+    (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
     r, `positional_vector`; 1 + p1 + ... + pk is batch(k)'s expected tokens at that context), without the
     noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK."""
     if verifier not in INDEX_LAW_SCHEME:
@@ -137,6 +138,8 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
     target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
     if target_rows.shape != draft_rows.shape or target_rows.dim() != 2:
         raise ValueError(f"need matched [M, V] rows, got {tuple(target_rows.shape)} and {tuple(draft_rows.shape)}")
+    if not isinstance(index, pd.DataFrame):
+        raise ValueError(f"index must be a DataFrame naming each row's context, got {type(index).__name__}")
     if len(index) != target_rows.shape[0]:
         raise ValueError(f"index has {len(index)} rows for {target_rows.shape[0]} contexts")
     if isinstance(max_index, bool) or not isinstance(max_index, int) or not 1 <= max_index < target_rows.shape[1]:
