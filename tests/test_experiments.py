@@ -62,11 +62,20 @@ def test_settings_and_parse(monkeypatch):
     monkeypatch.setenv("SPECDEC_PROFILE", "smoke")  # settings() sets it when unset; keep the test process clean
     defaults = {"smoke": {"sizes": [2], "num_prompts": 1}}
     cfg = E.settings("smoke", defaults, sizes="[4, 8]", num_prompts=None, temperatures="0.6,1.0")
-    assert cfg == {"sizes": [4, 8], "num_prompts": 1, "temperatures": [0.6, 1.0], "profile": "smoke"}
+    assert cfg == {"dtype": None, "sizes": [4, 8], "num_prompts": 1, "temperatures": [0.6, 1.0], "profile": "smoke"}
     with pytest.raises(ValueError, match="unknown profile"):
         E.settings("huge", defaults)
     with pytest.raises(ValueError, match="no defaults"):
         E.settings("default", defaults)
+
+
+def test_default_profile_runs_in_bfloat16_unless_told(monkeypatch):
+    monkeypatch.setenv("SPECDEC_PROFILE", "smoke")
+    defaults = {"default": {"num_prompts": 1}, "full": {"num_prompts": 4}}
+    assert E.settings("default", defaults)["dtype"] == "bfloat16"
+    assert E.settings("default", defaults, dtype="float32")["dtype"] == "float32"
+    assert E.settings("default", {"default": {"dtype": "float16"}})["dtype"] == "float16"
+    assert E.settings("full", defaults)["dtype"] is None  # load_model's device default
 
 
 def test_collect_trees_on_toy_pair_is_reproducible_and_paired():
