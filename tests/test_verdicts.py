@@ -356,3 +356,29 @@ def test_model_gap_check_resamples_the_model_with_the_measurement():
         check.evaluate(_model_gap_frame(0.0).drop(columns="p2"))
     with pytest.raises(ValueError, match="complete rows"):
         check.evaluate(_model_gap_frame(0.0).assign(p1=np.nan))
+
+
+def test_cells_significantly_above_holds_the_family_wise_rate_where_a_per_cell_rule_flips():
+    """96 cells where A and B truly tie: Holm's family-wise test flags some cell in about 5% of runs,
+    the per-cell "more than 2 SE above" rule in most runs (the flip 05's Figure 3 claim showed)."""
+    rng = np.random.default_rng(0)
+    ses = np.full(96, 0.005)
+    runs = [rng.normal(0.0, 0.005, size=96) for _ in range(400)]
+    holm = np.mean([V.cells_significantly_above(g, ses).any() for g in runs])
+    per_cell = np.mean([(g > 2 * ses).any() for g in runs])
+    assert holm <= 0.08 and per_cell >= 0.8
+
+
+def test_cells_significantly_above_flags_a_real_excess_and_exact_cells():
+    gaps = np.zeros(20)
+    ses = np.full(20, 0.01)
+    gaps[3] = 0.06  # 6 SE above: p = 1e-9, below 0.05 / 20
+    gaps[5] = -0.05
+    assert np.flatnonzero(V.cells_significantly_above(gaps, ses)).tolist() == [3]
+    exact = V.cells_significantly_above([0.0, 1e-3, -1e-3], [0.0, 0.0, 0.0])
+    assert exact.tolist() == [False, True, False]
+    for bad in [([0.1], [0.1, 0.1]), ([], []), ([float("nan")], [0.1]), ([0.1], [-0.1])]:
+        with pytest.raises(ValueError):
+            V.cells_significantly_above(*bad)
+    with pytest.raises(ValueError, match="alpha"):
+        V.cells_significantly_above([0.1], [0.1], alpha=1.5)

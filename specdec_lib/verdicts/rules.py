@@ -101,7 +101,9 @@ RULES: dict[str, Rule] = {
         "every",
         "the cell quantities of a 'holds in every cell' claim (every category, temperature, shape, k)",
         "each cell as its own rule (superiority / noninferiority / equivalence)", _EXACT_TREE, _UNIT,
-        "the cell rule's", "every cell reproduced",
+        "the cell rule's", "every cell reproduced (for 'A <= B in every cell' claims tested as 'no cell "
+        "significantly above': Holm's family-wise 5% over the cells, `cells_significantly_above`, so that a "
+        "true tie in many cells does not flag one by chance)",
         PARTLY + " (here: every cell's point estimate is on the claimed side, some cell is not established)",
         "some cell's point estimate on the wrong side"),
     "threshold": Rule(
