@@ -48,7 +48,8 @@ from .decisions import (Decision, cells_significantly_above, decide_directional,
 from .rules import MIN_EFFECT, PARTLY, RULES, Rule
 
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
-           "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above", "cluster_of", "paired_sums",
+           "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
+           "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "ModelGapCheck",
            "first_level_decision",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
