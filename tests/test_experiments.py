@@ -237,3 +237,23 @@ def test_kseq_rejection_from_rows_is_the_mean_over_drawn_stars():
         E.kseq_rejection_from_rows(P, Q, [0])
     with pytest.raises(ValueError, match="matched"):
         E.kseq_rejection_from_rows(P, Q[:2], [1])
+
+
+def test_load_pair_takes_the_profile_dtype(monkeypatch):
+    from specdec_lib.experiments import setup
+
+    seen = []
+
+    class _Model:
+        vocab_size = 8
+        name = "m"
+
+    def fake_load_model(name, device=None, dtype=None, target=None):
+        seen.append(dtype)
+        return _Model()
+
+    monkeypatch.setattr(setup, "load_model", fake_load_model)
+    setup.load_pair("default")
+    setup.load_pair("default", dtype="float32")
+    setup.load_pair("full")
+    assert seen == ["bfloat16", "bfloat16", "float32", "float32", None, None]

@@ -107,13 +107,15 @@ def load_pair(profile: str, target_model: str | None = None, draft_model: str | 
               device: str | None = None, dtype: str | None = None, toy_vocab: int = 8,
               toy_mismatch: float = 0.5, seed: int = 0) -> Pair:
     """The pair of a profile: smoke -> `toy_pair`; default/full -> `load_model` of both names
-    (default: the offline target and the project's distilled draft ``smollm2-135m-draft``)."""
+    (default: the offline target and the project's distilled draft ``smollm2-135m-draft``) in ``dtype``
+    (None: the profile's `PROFILE_DTYPES` entry, else `load_model`'s device default)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     if profile == "smoke":
         return toy_pair(toy_vocab, toy_mismatch, seed)
 
     t0 = time.perf_counter()
+    dtype = dtype or PROFILE_DTYPES.get(profile)
     target = load_model(target_model or TARGET_MODEL, device=device, dtype=dtype)
     draft = load_model(draft_model or DRAFT_MODEL, device=device, dtype=dtype, target=target)
     if int(target.vocab_size) != int(draft.vocab_size):
