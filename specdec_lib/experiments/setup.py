@@ -26,8 +26,10 @@ PROFILE_DTYPES = {"default": "bfloat16"}
 The default profile runs the offline pair in bfloat16: on this project's CPU (AMX-BF16) a forward over
 n tokens costs far less than in float32 once n > 1 (t(64)/t(1) = 3.0 against 5.7,
 data/hardware/cpu_*_smollm2-135m-instruct.json): notebooks 02, 05, 06 and 07 ran 1.4-1.7x faster
-than in float32 with the same settings, and trees are cheaper to verify. Target and draft share the dtype, so the autoregressive baseline is the same
-model as the one speculative decoding reproduces. None (full): `load_model`'s device default."""
+than in float32 with the same settings, and trees are cheaper to verify. Target and draft share the
+dtype, so the autoregressive baseline is the same model as the one speculative decoding reproduces.
+None (full): `load_model`'s device default. `settings` records the choice in a notebook's resolved
+parameters (so the saved results name it); `load_pair` applies it for direct callers."""
 
 
 # ----------------------------------------------------------------------------------------- settings
