@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..intervals import percentile_interval
 from ..results import verdict_from_ci
 
 def _pooled_by_prompt(frame, by: Sequence[str], value: str):
@@ -17,7 +18,8 @@ def _pooled_by_prompt(frame, by: Sequence[str], value: str):
 
 def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0,
                     level: float = 0.95) -> tuple[float, float, float]:
-    """Pooled mean sum(sums)/sum(counts) over units (prompts) and its percentile bootstrap CI over units."""
+    """Pooled mean sum(sums)/sum(counts) over units (prompts) and its bootstrap CI over units (the expanded
+    percentile interval, `intervals.percentile_interval`)."""
     sums, counts = np.asarray(sums, float), np.asarray(counts, float)
     point = float(sums.sum() / counts.sum())
     if len(sums) < 2:
@@ -25,8 +27,7 @@ def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, n_boot: int = 1000, se
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(sums), size=(n_boot, len(sums)))
     boots = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
-    alpha = (1 - level) / 2
-    return point, float(np.quantile(boots, alpha)), float(np.quantile(boots, 1 - alpha))
+    return (point, *percentile_interval(boots, len(sums), level))
 
 
 def summarize(frame, by: Sequence[str], value: str = "expected_tokens", n_boot: int = 1000, seed: int = 0):
@@ -74,7 +75,7 @@ def paired_gain(frame, method: str, baseline: str, by: Sequence[str] = (), value
             rng = np.random.default_rng(seed)
             idx = rng.integers(0, len(per), size=(n_boot, len(per)))
             boots = sa[idx].sum(axis=1) / sb[idx].sum(axis=1) - 1
-            lo, hi = float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+            lo, hi = percentile_interval(boots, len(per))
         else:
             lo = hi = float("nan")
         rows.append({**dict(zip(by, key)), "method": method, "baseline": baseline,

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..intervals import percentile_interval
 from ..results import Claim, claim as make_claim
 from ..traversal_identity import martingale_z
 from .decisions import (Decision, decide_directional, decide_equivalence, decide_every, decide_exact,
@@ -82,8 +83,9 @@ def bootstrap_indices(n_clusters: int, n_boot: int = 2000, seed: int = 0) -> np.
     return rng.integers(0, n_clusters, size=(n_boot, n_clusters))
 
 
-def _ci(values: np.ndarray) -> tuple[float, float]:
-    return float(np.quantile(values, 0.025)), float(np.quantile(values, 0.975))
+def _ci(values: np.ndarray, n_clusters: int) -> tuple[float, float]:
+    """95% CI of a bootstrap over ``n_clusters`` prompts: the expanded percentile interval (`intervals`)."""
+    return percentile_interval(values, n_clusters)
 
 
 def _gain_table(sums, by: Sequence[str], clusters: Sequence[str], relative: bool):
@@ -145,7 +147,7 @@ class GainCheck:
         a, b, n = sums["_a"].to_numpy(), sums["_b"].to_numpy(), sums["_n"].to_numpy()
         est = float(_stat(a, b, n, relative=self.relative))
         if len(a) >= 2:
-            lo, hi = _ci(_stat(a, b, n, bootstrap_indices(len(a), n_boot, seed), self.relative))
+            lo, hi = _ci(_stat(a, b, n, bootstrap_indices(len(a), n_boot, seed), self.relative), len(a))
         else:
             lo = hi = float("nan")
         return self.decide(est, lo, hi)
@@ -215,7 +217,7 @@ class ModelGapCheck:
         everything = np.arange(len(n))
         est = gap(everything)
         if len(n) >= 2:
-            lo, hi = _ci(np.array([gap(rows) for rows in bootstrap_indices(len(n), n_boot, seed)]))
+            lo, hi = _ci(np.array([gap(rows) for rows in bootstrap_indices(len(n), n_boot, seed)]), len(n))
         else:
             lo = hi = float("nan")
         d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
@@ -260,10 +262,10 @@ class TrendCheck:
                 f = lambda ii=None: (a.sum() / n.sum()) if ii is None else a[ii].sum(-1) / n[ii].sum(-1)
             points.append(float(f()))
             boots.append(f(idx) if idx is not None else None)
-        return xs, points, boots
+        return xs, points, boots, len(clusters)
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
-        xs, points, boots = self.cells(frame, seed, n_boot)
+        xs, points, boots, n_clusters = self.cells(frame, seed, n_boot)
         if len(points) < 2:
             raise ValueError(f"a trend needs at least two values of {self.x!r}")
         contrast = points[-1] - points[0]
@@ -272,10 +274,10 @@ class TrendCheck:
             lo = hi = float("nan")
             reversed_steps = 0
         else:
-            lo, hi = _ci(boots[-1] - boots[0])
+            lo, hi = _ci(boots[-1] - boots[0], n_clusters)
             reversed_steps = 0
             for left, right in zip(boots, boots[1:]):
-                s_lo, s_hi = _ci(sign * (right - left))
+                s_lo, s_hi = _ci(sign * (right - left), n_clusters)
                 reversed_steps += s_hi < 0
         d = decide_trend(contrast, lo, hi, reversed_steps, self.direction, self.min_effect)
         steps = ", ".join(f"{x}: {100 * p:+.2f}%" for x, p in zip(xs, points)) if self.gain_of != "level" else \

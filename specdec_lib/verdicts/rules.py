@@ -42,8 +42,9 @@ class Rule:
                 f"partly: {self.partly} | not reproduced: {self.not_reproduced}")
 
 
-_UNIT = ("prompts: percentile bootstrap (2000 resamples) over whole prompts; a prompt's steps, copies and "
-         "drafting seeds stay together (`cluster_of` strips the '/s<seed>' suffix)")
+_UNIT = ("prompts: bootstrap (2000 resamples) over whole prompts, read as the expanded percentile interval "
+         "(intervals.percentile_interval: wider quantiles for few prompts, 1.44x at 6, 1.07x at 26); a prompt's "
+         "steps, copies and drafting seeds stay together (`cluster_of` strips the '/s<seed>' suffix)")
 _EXACT_TREE = ("per drafted tree the exact expectation of each verifier (exact_law), the copies drafted at one "
                "context averaged first; traversal's P(tau >= l) terms may be Rao-Blackwellised over the levels "
                "below l (traversal_identity.rao_blackwell_ccdf)")
