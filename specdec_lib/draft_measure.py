@@ -1,0 +1,177 @@
+"""Measuring any draft against its target on the held-out prompts: the record ``draft.json``.
+
+For every held-out prompt of every category and every temperature T the target samples a continuation
+at T, and target and draft score it in one teacher-forced forward each. At each continuation position
+the per-token acceptance is beta = sum_x min(p_T(x), q_T(x)) (Leviathan et al. 2023, Sec. 3.3), exact
+given the two rows; a prompt's value is the mean over its positions, and the CI resamples prompts
+(`intervals.percentile_interval`). For a draft that reads only the text (every draft here except the
+feature draft), beta at depth k of a chain has the same law as at depth 1: the accepted tokens are
+target samples, which is what the teacher-forced text is.
+
+From the same matched rows at T the record also holds Sequoia's positional acceptance vector
+(`theory.positional_acceptance`, children without replacement) per temperature, which the ``sequoia:N``
+shapes read (`shapes.measured_acceptance_vector`), and the one-token forward times of draft and target
+(`distill.evaluate.measure_forward_times`). Command line (the quantized self-draft's record)::
+
+    python -m specdec_lib.draft_measure --draft smollm2-135m-int4 --per-category 8 --new-tokens 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data import load_prompts
+from .intervals import percentile_interval
+from .models import load_model
+from .models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
+
+__all__ = ["matched_rows", "acceptance_frame", "summarize_acceptance", "measure_pair", "main"]
+
+
+@torch.no_grad()
+def matched_rows(target_lm, draft_lm, prompt_ids: torch.Tensor, temperature: float, new_tokens: int,
+                 seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's continuation of ``prompt_ids`` sampled at ``temperature`` (at most ``new_tokens`` tokens;
+    HF ``generate`` with a KV cache, seeded with ``seed``, stopping at end of text), and the two models'
+    next-token laws at ``temperature`` at every continuation position: (p [n, V], q [n, V]) in float64, row
+    i predicting continuation token i (n = 0 when the target ends at once)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
+    ids = prompt_ids.reshape(1, -1).to(target_lm.device)
+    torch.manual_seed(seed)
+    full = target_lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                    temperature=float(temperature), top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                                    pad_token_id=target_lm.eos_token_id)
+    rows = slice(ids.shape[1] - 1, full.shape[1] - 1)
+    p = torch.softmax(target_lm.model(full).logits[0, rows].double() / temperature, -1)
+    q = torch.softmax(draft_lm.model(full.to(draft_lm.device)).logits[0, rows].double() / temperature, -1)
+    return p.cpu(), q.cpu()
+
+
+def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_category: int, new_tokens: int,
+                     seed: int = 0, progress: bool = True):
+    """Per (temperature, held-out prompt): the mean per-token acceptance over its continuation positions.
+    Returns (frame, rows) with rows[T] = (p, q) stacked over prompts for the theory vectors."""
+    from tqdm.auto import tqdm
+
+    prompts = load_prompts("heldout", per_category=per_category)
+    records, rows = [], {}
+    for temperature in temperatures:
+        ps, qs = [], []
+        for i, prompt in enumerate(tqdm(prompts, desc=f"acceptance at T={temperature}", disable=not progress)):
+            p, q = matched_rows(target_lm, draft_lm, target_lm.encode(prompt.text), temperature, new_tokens,
+                                seed * 100_003 + i)
+            if p.shape[0] == 0:
+                continue
+            beta = torch.minimum(p, q).sum(-1)
+            records.append({"temperature": float(temperature), "prompt_id": prompt.id, "category": prompt.category,
+                            "positions": int(beta.numel()), "acceptance": float(beta.mean())})
+            ps.append(p.float())
+            qs.append(q.float())
+        rows[float(temperature)] = (torch.cat(ps), torch.cat(qs))
+    return pd.DataFrame(records), rows
+
+
+def summarize_acceptance(frame, by: Sequence[str] = ("temperature",), n_boot: int = 2000, seed: int = 0):
+    """Mean per-token acceptance per group (prompts weighted by their positions) with its 95% CI over
+    prompts; columns ``by`` + mean, ci_low, ci_high, prompts, positions."""
+    out = []
+    rng = np.random.default_rng(seed)
+    for key, g in frame.groupby(list(by), sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        s, n = (g["acceptance"] * g["positions"]).to_numpy(), g["positions"].to_numpy()
+        lo = hi = float("nan")
+        if len(g) >= 2:
+            idx = rng.integers(0, len(g), size=(n_boot, len(g)))
+            lo, hi = percentile_interval(s[idx].sum(1) / n[idx].sum(1), len(g))
+        out.append({**dict(zip(by, key)), "mean": float(s.sum() / n.sum()), "ci_low": lo, "ci_high": hi,
+                    "prompts": len(g), "positions": int(n.sum())})
+    return pd.DataFrame(out)
+
+
+def measure_pair(target_lm, draft_lm, temperatures: Sequence[float] = (0.2, 0.6, 1.0), per_category: int = 8,
+                 new_tokens: int = 48, max_children: int = 8, theory_rows: int = 256, seed: int = 0,
+                 progress: bool = True) -> dict:
+    """The ``evaluation`` part of a draft record: acceptance per temperature (overall and per category,
+    with CIs over prompts), the per-prompt values, Sequoia's positional acceptance vectors per temperature
+    (``acceptance_vectors``, ``theory_rows`` random matched rows, exact per row up to Monte Carlo over
+    ``num_samples`` = 32 draws) and the forward times."""
+    from . import theory
+    from .distill.evaluate import measure_forward_times
+
+    t0 = time.perf_counter()
+    frame, rows = acceptance_frame(target_lm, draft_lm, temperatures, per_category, new_tokens, seed, progress)
+    vectors = {}
+    for temperature, (p, q) in rows.items():
+        pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:theory_rows]
+        vec = theory.positional_acceptance(p[pick].double(), q[pick].double(), max_children, "without_replacement",
+                                           method="monte_carlo", num_samples=32,
+                                           generator=torch.Generator().manual_seed(seed))
+        vectors[f"{temperature:g}"] = [float(x) for x in vec]
+    overall = summarize_acceptance(frame)
+    per_category_frame = summarize_acceptance(frame, ("temperature", "category"))
+    return {
+        "acceptance": overall.to_dict(orient="records"),
+        "acceptance_by_category": per_category_frame.to_dict(orient="records"),
+        "per_prompt": frame.to_dict(orient="records"),
+        "acceptance_vectors": vectors,
+        "forward_time": measure_forward_times(draft_lm.model, target_lm.model),
+        "parameters": {"temperatures": [float(t) for t in temperatures], "per_category": per_category,
+                       "new_tokens": new_tokens, "max_children": max_children, "theory_rows": theory_rows,
+                       "seed": seed, "split": "heldout", "dtype": str(target_lm.dtype).replace("torch.", ""),
+                       "threads": torch.get_num_threads()},
+        "minutes": (time.perf_counter() - t0) / 60,
+    }
+
+
+QUANTIZED_RECIPE = {
+    "name": QUANTIZED_NAME, "base_model": TARGET_NAME,
+    "method": "round-to-nearest asymmetric 4-bit quantization of every decoder-layer linear map and of the "
+              "output head (untied), groups of 64 input features (specdec_lib.models.quantized); input "
+              "embeddings, norms and rotary tables are the target's",
+    "trained": "no: derived from the target at load time (deterministic); nothing but this record is stored",
+    "note": "the target's own weights are 4-bit Q4_1 (groups of 32); this grid merges pairs of its groups",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--draft", default=QUANTIZED_NAME, help="draft name for load_model (target: the offline one)")
+    ap.add_argument("--per-category", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--temperatures", default="0.2,0.6,1.0")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(QUANTIZED_DIR / "draft.json"))
+    a = ap.parse_args(argv)
+    temperatures = [float(x) for x in a.temperatures.split(",")]
+    torch.set_num_threads(a.threads)
+    target = load_model(TARGET_NAME, dtype=a.dtype)
+    draft = load_model(a.draft, dtype=a.dtype, target=target)
+    evaluation = measure_pair(target, draft, temperatures, a.per_category, a.new_tokens)
+    record = {**(QUANTIZED_RECIPE if a.draft == QUANTIZED_NAME else {"name": a.draft, "base_model": TARGET_NAME}),
+              "dtype": a.dtype, "acceptance_vectors": evaluation.pop("acceptance_vectors"),
+              "evaluation": evaluation, "machine": f"{platform.machine()} {platform.system()}",
+              "command": " ".join(["python -m specdec_lib.draft_measure", *(sys.argv[1:] if argv is None else argv)])}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1))
+    print(json.dumps(record["evaluation"]["acceptance"], indent=1))
+    print(json.dumps(record["evaluation"]["forward_time"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

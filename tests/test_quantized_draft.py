@@ -1,0 +1,109 @@
+"""The quantized self-draft (specdec_lib.models.quantized): the 4-bit grid, the CPU int4 kernel against
+the dequantised weight, the copy of a model, the offline name, and losslessness with it on the real pair."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec_lib.models import load_model
+from specdec_lib.models.offline import QUANTIZED_DIR, QUANTIZED_NAME
+from specdec_lib.models.quantized import QuantizedLinear, dequantize_groups, quantize_groups, quantized_copy
+
+
+def test_rounding_error_is_at_most_half_a_step_and_codes_are_4_bit():
+    w = torch.randn(24, 128, generator=torch.Generator().manual_seed(0))
+    codes, scales, lows = quantize_groups(w, 32)
+    assert codes.dtype == torch.int32 and int(codes.min()) >= 0 and int(codes.max()) <= 15
+    assert scales.shape == lows.shape == (24, 4)
+    err = (dequantize_groups(codes, scales, lows) - w).abs().reshape(24, 4, 32)
+    assert bool((err <= scales[..., None] / 2 + 1e-6).all())
+    # every group uses its whole range: its minimum and maximum are on the grid exactly
+    assert bool((codes.reshape(24, 4, 32).amin(-1) == 0).all()) and bool((codes.reshape(24, 4, 32).amax(-1) == 15).all())
+
+
+def test_a_weight_on_the_grid_is_returned_exactly():
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 16, (8, 64), generator=gen, dtype=torch.int32)
+    codes[:, 0], codes[:, 1], codes[:, 32], codes[:, 33] = 0, 15, 0, 15   # each group spans 0..15
+    scales, lows = torch.rand(8, 2, generator=gen) + 0.1, torch.randn(8, 2, generator=gen)
+    w = dequantize_groups(codes, scales, lows)
+    again = quantize_groups(w, 32)
+    assert torch.equal(again[0], codes)
+    assert torch.allclose(dequantize_groups(*again), w, atol=1e-6)
+
+
+@pytest.mark.parametrize("weight,group,match", [
+    (torch.zeros(4, 10), 4, "group must divide"), (torch.zeros(8), 4, "weight must be a 2-D"),
+    (torch.zeros(4, 8), True, "group must be an integer"), (torch.zeros(4, 8), 1, "group must be an integer"),
+    ("w", 4, "weight must be a 2-D")])
+def test_bad_arguments_are_value_errors(weight, group, match):
+    with pytest.raises(ValueError, match=match):
+        quantize_groups(weight, group)
+
+
+def test_cpu_int4_kernel_matches_the_dequantised_weight():
+    w = torch.randn(96, 192, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    layer = QuantizedLinear(w, 64)
+    assert "int4 CPU kernel" in repr(layer)
+    x = torch.randn(2, 5, 192, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    y = layer(x)
+    ref = F.linear(x.float(), layer.weight.float())
+    assert y.shape == (2, 5, 96) and y.dtype == torch.bfloat16
+    assert float((y.float() - ref).abs().max()) <= 0.02 * float(ref.abs().max())
+    # float32 layers (and other devices) multiply by the dequantised weight itself
+    layer32 = QuantizedLinear(w.float(), 64)
+    assert "dequantised weight" in repr(layer32)
+    assert torch.equal(layer32(x.float()), F.linear(x.float(), layer32.weight))
+
+
+@pytest.mark.parametrize("dtype,group", [(torch.float32, 16), (torch.bfloat16, 32)])
+def test_quantized_copy_replaces_every_linear_and_shares_the_embeddings(tiny_llama, dtype, group):
+    lm = tiny_llama(64)
+    model = lm.model.to(dtype)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    draft = quantized_copy(model, group)
+    linears = [m for m in draft.model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears == [] and isinstance(draft.lm_head, QuantizedLinear)
+    assert draft.model.embed_tokens.weight is model.model.embed_tokens.weight
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())   # the target is untouched
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    with torch.no_grad():
+        p = torch.softmax(model(ids).logits.float(), -1)
+        q = torch.softmax(draft(ids).logits.float(), -1)
+    assert float(torch.minimum(p, q).sum(-1).mean()) > 0.9       # close to the model it copies
+    assert not torch.equal(p, q)                                  # but a different law
+
+
+def test_quantized_copy_refuses_what_it_cannot_copy(tiny_llama):
+    with pytest.raises(ValueError, match="Llama-style"):
+        quantized_copy(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="group must divide"):
+        quantized_copy(tiny_llama(64).model, 48)
+
+
+@pytest.fixture(scope="module")
+def int4(target):
+    return load_model(QUANTIZED_NAME, target=target)
+
+
+def test_the_offline_name_loads_the_requantized_target_with_its_record(target, int4):
+    assert int4.name == QUANTIZED_NAME and int4.vocab_size == target.vocab_size
+    assert int4.record_dir == QUANTIZED_DIR
+    ids = target.encode("Write a short poem about the sea.")
+    with torch.no_grad():
+        p = torch.softmax(target.model(ids[None]).logits[0].double(), -1)
+        q = torch.softmax(int4.model(ids[None]).logits[0].double(), -1)
+    beta = float(torch.minimum(p, q).sum(-1).mean())
+    assert 0.55 < beta < 0.95, beta      # the papers' regime, not the target itself
+
+
+@pytest.mark.slow
+def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4):
+    from test_decoding import E2E_ALPHA, E2E_TEMPERATURE, MemoLM, _two_token_counts, chi_square_pvalue, two_token_law
+
+    t, d = MemoLM(target), MemoLM(int4)
+    prompt = target.encode("Once upon a time", chat=False).tolist()
+    law = two_token_law(t, prompt, E2E_TEMPERATURE)
+    for verifier, shape, sampling in [("block", "chain:2", "iid"), ("traversal", "kary:2x3", "iid")]:
+        counts = _two_token_counts(t, d, prompt, law, verifier, shape, sampling, 250, seed0=2000)
+        assert chi_square_pvalue(counts, law) > E2E_ALPHA, (verifier, counts.most_common(6))
