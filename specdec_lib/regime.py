@@ -14,7 +14,9 @@ needs no cheap draft, only drafts of higher acceptance at the same contexts. The
    (`experiments.paired_tokens_by_prompt`);
 3. `sweep_gains`: the paired gains of `comparisons` (`experiments.paired_gain`); traversal is compared on
    its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`);
-4. `run_sweep`: all of it for the real draft (lam = 0) and each goal.
+4. `run_sweep`: all of it for the real draft (lam = 0), each goal, and optionally further real drafts
+   (``real_drafts``: the quantized self-draft `models.quantized`, acceptance ~0.7, checks the synthetic
+   family against a real draft in the papers' regime).
 
 Tokens per step only: the synthetic drafts run a target forward per drafted level, so their timings mean
 nothing (never report wall clock from them).
@@ -408,9 +410,13 @@ class SweepResult:
 
 def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Sequence[float] = GOALS,
               cfg: SweepConfig | None = None, tol: float = 1e-3, n_boot: int = 1000,
-              progress: bool = False) -> SweepResult:
+              progress: bool = False, real_drafts: Mapping[str, tuple] | None = None) -> SweepResult:
     """The real draft (lam = 0) and the synthetic draft tuned to each goal (`tune_lambda_rows` on ``rows``
-    = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime."""
+    = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime.
+
+    ``real_drafts``: further REAL drafts of the same target, label -> (pair, (P, Q) matched rows at the
+    same contexts), e.g. the quantized self-draft whose acceptance lies in the papers' range; each is one
+    more regime (``synthetic`` False, ``lam`` NaN, ``real_draft`` True for every real regime)."""
     cfg = cfg or SweepConfig()
     P, Q = rows
     base = acceptance(P, Q)
@@ -419,15 +425,20 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
         fit = tune_lambda_rows(P, Q, goal, tol)
         fits.append(dict(regime=f"synthetic {goal:.2f}", goal=float(goal), lam=fit.lam, acceptance=fit.acceptance,
                          synthetic=True))
+    # (fit, pair, rows) made when their turn comes: the synthetic rows are as large as P
+    regimes = [(f, lambda f=f: pair if not f["synthetic"] else interpolated_pair(pair, f["lam"]),
+                lambda f=f: (P, Q) if not f["synthetic"] else (P, mix_rows(P, Q, f["lam"]))) for f in fits]
+    for label, (other, (P_x, Q_x)) in (real_drafts or {}).items():
+        if label in {f["regime"] for f in fits}:
+            raise ValueError(f"real_drafts: the label {label!r} is taken")
+        f = dict(regime=label, goal=float("nan"), lam=float("nan"), acceptance=acceptance(P_x, Q_x), synthetic=False)
+        fits.append(f)
+        regimes.append((f, lambda other=other: other, lambda rx=(P_x, Q_x): rx))
     frames, gains, seconds = [], [], {}
-    for f in fits:
+    for f, make_pair, make_rows in regimes:
         t0 = time.perf_counter()
-        lam = f["lam"]
-        regime_pair = pair if not f["synthetic"] else interpolated_pair(pair, lam)
-        regime_rows = (P, Q) if not f["synthetic"] else (P, mix_rows(P, Q, lam))
-        frame = sweep_frames(regime_pair, prompts, regime_rows, cfg, progress)
-        del regime_rows
-        labels = dict(regime=f["regime"], lam=lam, acceptance=f["acceptance"], synthetic=f["synthetic"])
+        frame = sweep_frames(make_pair(), prompts, make_rows(), cfg, progress)
+        labels = dict(regime=f["regime"], lam=f["lam"], acceptance=f["acceptance"], synthetic=f["synthetic"])
         frames.append(frame.assign(**labels))
         gains.append(sweep_gains(frame, cfg, n_boot).assign(**labels))
         seconds[f["regime"]] = time.perf_counter() - t0

@@ -202,6 +202,25 @@ def test_sweep_on_toy_pair():
     assert res.gains["predicted_gain"].notna().sum() == 2
 
 
+def test_sweep_takes_further_real_drafts_of_the_same_target():
+    pair = E.toy_pair(8, 0.9, seed=0)
+    prompts = E.prompts_for(pair, 2)
+    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=12, progress=False)
+    closer = E.Pair(pair.target, InterpolatedToyLM(pair.target, pair.draft, 0.5), "toy", "closer draft")
+    closer_rows = E.matched_rows(closer, prompts, 1.0, max_new_tokens=12, progress=False)
+    cfg = RG.SweepConfig(chain=3, block_gamma=3, asps_n=2, traversal_depth=2, binary_depth=2, race_batch=3,
+                         race_sequence=2, tree_size=5, tree_depth=3, max_new_tokens=6, copies=1, mc_samples=4)
+    res = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50,
+                       real_drafts={"closer draft": (closer, closer_rows)})
+    fit = res.fits.set_index("regime").loc["closer draft"]
+    assert not fit["synthetic"] and np.isnan(fit["lam"])
+    assert fit["acceptance"] == pytest.approx(RG.acceptance(*closer_rows))
+    assert fit["acceptance"] > res.fits.set_index("regime").loc["real draft", "acceptance"]
+    assert len(res.gains) == 3 * len(RG.comparisons(cfg)) and "closer draft" in res.seconds
+    with pytest.raises(ValueError, match="taken"):
+        RG.run_sweep(pair, prompts, rows, goals=(), cfg=cfg, n_boot=50, real_drafts={"real draft": (closer, closer_rows)})
+
+
 # ----- losslessness --------------------------------------------------------------------------------
 
 def _two_token_law(target, prompt):
