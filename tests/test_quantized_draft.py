@@ -107,3 +107,35 @@ def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4):
     for verifier, shape, sampling in [("block", "chain:2", "iid"), ("traversal", "kary:2x3", "iid")]:
         counts = _two_token_counts(t, d, prompt, law, verifier, shape, sampling, 250, seed0=2000)
         assert chi_square_pvalue(counts, law) > E2E_ALPHA, (verifier, counts.most_common(6))
+
+
+# ----- draft_measure: the record's acceptance ------------------------------------------------------------
+
+def test_matched_rows_are_the_two_laws_on_the_target_s_own_continuation(tiny_llama):
+    from specdec_lib.draft_measure import matched_rows
+
+    lm = tiny_llama(32)
+    p, q = matched_rows(lm, lm, torch.tensor([1, 2, 3]), 0.8, 5, seed=0)
+    assert p.shape == q.shape == (5, 32) and p.dtype == torch.float64
+    assert torch.allclose(torch.minimum(p, q).sum(-1), torch.ones(5, dtype=torch.float64))   # draft = target
+    other = tiny_llama(32, seed=1)
+    p2, q2 = matched_rows(lm, other, torch.tensor([1, 2, 3]), 0.8, 5, seed=0)
+    assert torch.allclose(p2, p) and float(torch.minimum(p2, q2).sum(-1).mean()) < 1   # same text: same seed
+    for kwargs, match in [(dict(temperature=0.0, new_tokens=5), "temperature"),
+                          (dict(temperature=1.0, new_tokens=0), "new_tokens")]:
+        with pytest.raises(ValueError, match=match):
+            matched_rows(lm, lm, torch.tensor([1, 2]), seed=0, **kwargs)
+
+
+def test_summarize_acceptance_weights_prompts_by_positions():
+    import pandas as pd
+
+    from specdec_lib.draft_measure import summarize_acceptance
+
+    frame = pd.DataFrame({"temperature": [1.0] * 4, "category": ["a", "a", "b", "b"],
+                          "prompt_id": list("wxyz"), "positions": [10, 30, 20, 20], "acceptance": [0.5, 0.7, 0.6, 0.8]})
+    out = summarize_acceptance(frame).iloc[0]
+    assert out["mean"] == pytest.approx((5 + 21 + 12 + 16) / 80) and out["prompts"] == 4 and out["positions"] == 80
+    assert out["ci_low"] <= out["mean"] <= out["ci_high"]
+    by_cat = summarize_acceptance(frame, ("temperature", "category")).set_index("category")
+    assert by_cat.loc["a", "mean"] == pytest.approx(0.65)
