@@ -66,7 +66,7 @@ PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
 """Notebooks run at a time when ``jobs`` is not given. The default profile runs on this project's 2-core CPU
 with one torch thread per notebook (the notebooks' ``num_threads`` default), so two notebooks at a time use
-both cores: about 47 minutes instead of 85 one after another. The timings measured inside a notebook then share
+both cores: about 47 minutes instead of about 95 one after another. The timings measured inside a notebook then share
 the memory bus with the other notebook; in the run that introduced this, the wall-clock claims matched the
 sequential runs (01's PTT +1.63% vs +1.58%, 04's WS +2.66% vs +2.64%). ``jobs=1`` gives them the machine alone."""
 KERNEL = "python3"
@@ -361,8 +361,9 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
               progress: bool = True, log_output: bool = False, execution_timeout: int | None = None,
               publish: bool = False, jobs: int | None = None) -> list[NotebookRun]:
     """Run the notebooks (all by default) one after another, or ``jobs`` at a time in separate processes
-    (None: the profile's `PROFILE_JOBS`; longest first by their last duration; each notebook keeps its own ``num_threads``, so timings measured
-    inside a notebook share the CPU with the other job), then write ``index.html``.
+    (None: the profile's `PROFILE_JOBS`; longest first by their last duration; each notebook keeps its own
+    ``num_threads``, so timings measured inside a notebook share the CPU with the other job), then write
+    ``index.html``.
 
     Everything is checked before anything is written: the notebooks (``notebook_dir`` must hold them),
     the parameters (`check_parameters`; each notebook gets those its ``parameters`` cell declares) and

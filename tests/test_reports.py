@@ -488,3 +488,20 @@ def test_parallel_runner_runs_every_notebook_and_records_each(tmp_path):
     assert (rep / "index.html").exists() and not list(rep.glob(".stage-*"))
     with pytest.raises(ValueError, match="jobs"):
         reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=0)
+
+
+def test_default_profile_runs_two_notebooks_at_a_time_with_one_thread_each(tmp_path, monkeypatch):
+    assert reports.PROFILE_JOBS == {"smoke": 1, "default": 2, "full": 1}
+    for name in ("01_asps", "02_traversal", "03_erss", "04_block", "05_sequoia", "06_leaderboard", "07_regime"):
+        assert reports.notebook_parameters(name)["num_threads"] == 1, name
+    seen = {}
+    monkeypatch.setattr(reports, "_reproduce_parallel", lambda names, jobs, *a, **k: seen.setdefault("jobs", jobs) and [])
+    monkeypatch.setattr(reports, "build_index", lambda *a, **k: None)
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    for name in ("01_good", "02_other"):
+        _notebook(nbdir / f"{name}.ipynb", GOOD.format(name=name))
+    reports.reproduce(None, "default", {}, tmp_path / "r", tmp_path / "d", nbdir, progress=False)
+    assert seen["jobs"] == 2
+    with pytest.raises(ValueError, match="jobs"):
+        reports.reproduce(None, "default", {}, tmp_path / "r", tmp_path / "d", nbdir, progress=False, jobs=True)
