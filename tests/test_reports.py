@@ -203,12 +203,12 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     calls = []
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
 
-    runs = reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False)  # the full run
+    runs = reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=1)  # the full run
     assert [r.status for r in runs] == ["ok", "ok"]
     full = (published_res / "01_good" / "numbers.json").read_text()
     full_html = (published_rep / "01_good.html").read_text()
 
-    runs = reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False)
+    runs = reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1)
     assert runs[0].status == "ok" and calls[-1] == {"profile": "default", "fail": False}
     assert (published_res / "01_good" / "numbers.json").read_text() == full
     assert (published_rep / "01_good.html").read_text() == full_html
@@ -219,7 +219,7 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     # naming the published folders explicitly is refused for a run with parameters or a smoke run ...
     n = len(calls)
     with pytest.raises(ValueError, match="reports_dir: a run with parameters"):
-        reports.reproduce(["01_good"], "default", {"fail": False}, published_rep, None, nbdir, progress=False)
+        reports.reproduce(["01_good"], "default", {"fail": False}, published_rep, None, nbdir, progress=False, jobs=1)
     with pytest.raises(ValueError, match="results_dir: a run with the smoke profile"):
         reports.reproduce(["01_good"], "smoke", None, tmp_path / "toy", published_res, nbdir, progress=False)
     with pytest.raises(ValueError, match="reports_dir"):
@@ -229,7 +229,7 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     assert reports.destinations("default", {"fail": False}, publish=True) == (published_rep, published_res)
     assert reports.destinations("smoke", {"fail": False}) == (published_rep / "smoke" / "custom",
                                                               published_res / "smoke" / "custom")
-    reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, publish=True)
+    reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1, publish=True)
     assert (published_res / "01_good" / "numbers.json").read_text() != full
 
 
