@@ -216,9 +216,12 @@ def load_quantized_draft(target_lm: LanguageModel | None = None, device=None, dt
     """The quantized self-draft (`quantized.quantized_copy` of the target, 4 bits in groups of
     `quantized.DEFAULT_GROUP`), derived from ``target_lm`` (default: the offline target loaded here) at
     load time: nothing is trained or stored but its record ``QUANTIZED_DIR/draft.json``, whose measured
-    acceptance vector serves the ``sequoia:N`` shapes (``record_dir``)."""
+    acceptance vector serves the ``sequoia:N`` shapes (``record_dir``). Another target gets its own quantized
+    copy, named ``<target name>-int4-self-draft``, without a record."""
     if target_lm is None:
         target_lm = load_target(device=device, dtype=dtype)
-    lm = LanguageModel(quantized_copy(target_lm.model), target_lm.tokenizer, QUANTIZED_NAME)
-    lm.record_dir = QUANTIZED_DIR
+    offline = target_lm.name == TARGET_NAME
+    name = QUANTIZED_NAME if offline else f"{target_lm.name}-int4-self-draft"
+    lm = LanguageModel(quantized_copy(target_lm.model), target_lm.tokenizer, name)
+    lm.record_dir = QUANTIZED_DIR if offline else None   # the record measures the offline pair only
     return lm
