@@ -139,3 +139,19 @@ def test_summarize_acceptance_weights_prompts_by_positions():
     assert out["ci_low"] <= out["mean"] <= out["ci_high"]
     by_cat = summarize_acceptance(frame, ("temperature", "category")).set_index("category")
     assert by_cat.loc["a", "mean"] == pytest.approx(0.65)
+
+
+def test_another_target_gets_its_own_named_copy_without_the_offline_record():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdec_lib.models import LanguageModel
+    from specdec_lib.models.offline import load_quantized_draft
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=40, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    target = LanguageModel(LlamaForCausalLM(cfg), None, "my-target")
+    draft = load_quantized_draft(target)
+    assert draft.name == "my-target-int4-self-draft" and draft.record_dir is None
+    assert draft.vocab_size == 40 and isinstance(draft.model.lm_head, QuantizedLinear)
+    assert target.model.lm_head.weight is target.model.model.embed_tokens.weight   # the target stays tied
