@@ -416,7 +416,7 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
 
     ``real_drafts``: further REAL drafts of the same target, label -> (pair, (P, Q) matched rows at the
     same contexts), e.g. the quantized self-draft whose acceptance lies in the papers' range; each is one
-    more regime (``synthetic`` False, ``lam`` NaN, ``real_draft`` True for every real regime)."""
+    more regime (``synthetic`` False, ``lam`` NaN; the first regime, "real draft", is ``pair``'s own draft)."""
     cfg = cfg or SweepConfig()
     P, Q = rows
     base = acceptance(P, Q)

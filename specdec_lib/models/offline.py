@@ -53,7 +53,8 @@ DRAFT_HEAD_VOCAB_FILE = "head_vocab.safetensors"
 QUANTIZED_DIR = REPO_ROOT / "data" / "models" / QUANTIZED_NAME   # its record draft.json (no weights: derived)
 
 __all__ = ["TARGET_NAME", "DRAFT_NAME", "DRAFT_DIR", "cache_dir", "gguf_path", "load_target",
-           "build_student", "student_state_dict", "load_draft", "draft_record", "apply_head_vocab"]
+           "build_student", "student_state_dict", "load_draft", "draft_record", "apply_head_vocab",
+           "QUANTIZED_NAME", "QUANTIZED_DIR", "load_quantized_draft"]
 
 
 def cache_dir() -> Path:
