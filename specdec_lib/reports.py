@@ -66,7 +66,7 @@ PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
 """Notebooks run at a time when ``jobs`` is not given. The default profile runs on this project's 2-core CPU
 with one torch thread per notebook (the notebooks' ``num_threads`` default), so two notebooks at a time use
-both cores: about 47 minutes instead of about 95 one after another. The timings measured inside a notebook then share
+both cores: about 41 minutes instead of about 80 one after another. The timings measured inside a notebook then share
 the memory bus with the other notebook; in the run that introduced this, the wall-clock claims matched the
 sequential runs (01's PTT +1.63% vs +1.58%, 04's WS +2.66% vs +2.64%). ``jobs=1`` gives them the machine alone."""
 KERNEL = "python3"
@@ -254,9 +254,9 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
                            "SPECDEC_CLAIMS_DIR": str(stage / "claims"),
                            "SPECDEC_RESULTS_DIR": str(stage / "results"),
                            "SPECDEC_PROFILE": profile}):
-                pm.execute_notebook(str(source), str(executed), parameters=params, kernel_name=KERNEL,
-                                    language="python", cwd=str(source.parent), progress_bar=progress_bar,
-                                    log_output=log_output, execution_timeout=execution_timeout)
+                _execute(pm, str(source), str(executed), parameters=params, kernel_name=KERNEL,
+                         language="python", cwd=str(source.parent), progress_bar=progress_bar,
+                         log_output=log_output, execution_timeout=execution_timeout)
             claims_file = stage / "claims" / f"{name}.json"
             if not claims_file.exists():
                 raise RuntimeError(f"notebook {name} ran but saved no claims (results.save_claims('{name}', ...))")
@@ -346,6 +346,25 @@ def _record_status(reports: Path, run: NotebookRun) -> None:
         atomic_write_text(path, json.dumps(status, indent=1, sort_keys=True))
     finally:
         os.close(fd)
+
+
+KERNEL_START_FAILURE = "Kernel died before replying to kernel_info"
+KERNEL_START_TRIES = 3
+
+
+def _execute(pm, *args, **kwargs) -> None:
+    """``pm.execute_notebook(*args, **kwargs)``, tried again (up to `KERNEL_START_TRIES` times in all) when the
+    kernel dies before it answers at all (`KERNEL_START_FAILURE`): then no cell has run, so a new try is
+    safe. This happens when two notebooks start their kernels at once and both pick the same local port
+    (jupyter_client's ZMQError "Address already in use"), which `reproduce`'s two jobs made possible."""
+    for attempt in range(1, KERNEL_START_TRIES + 1):
+        try:
+            pm.execute_notebook(*args, **kwargs)
+            return
+        except Exception as exc:  # noqa: BLE001 - only the kernel-start failure is retried
+            if KERNEL_START_FAILURE not in str(exc) or attempt == KERNEL_START_TRIES:
+                raise
+            time.sleep(0.5 * attempt)
 
 
 def _longest_first(names: list[str], reports: Path) -> list[str]:

@@ -505,3 +505,27 @@ def test_default_profile_runs_two_notebooks_at_a_time_with_one_thread_each(tmp_p
     assert seen["jobs"] == 2
     with pytest.raises(ValueError, match="jobs"):
         reports.reproduce(None, "default", {}, tmp_path / "r", tmp_path / "d", nbdir, progress=False, jobs=True)
+
+
+def test_a_kernel_that_dies_before_starting_is_started_again_and_nothing_else_is():
+    calls = []
+
+    class FlakyPapermill:
+        def __init__(self, failures, message):
+            self.failures, self.message = failures, message
+
+        def execute_notebook(self, *args, **kwargs):
+            calls.append(args)
+            if len(calls) <= self.failures:
+                raise RuntimeError(self.message)
+
+    reports._execute(FlakyPapermill(2, reports.KERNEL_START_FAILURE), "in.ipynb", "out.ipynb")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(RuntimeError, match="kernel_info"):
+        reports._execute(FlakyPapermill(5, reports.KERNEL_START_FAILURE), "in.ipynb", "out.ipynb")
+    assert len(calls) == reports.KERNEL_START_TRIES
+    calls.clear()
+    with pytest.raises(RuntimeError, match="cell failed"):
+        reports._execute(FlakyPapermill(1, "cell failed"), "in.ipynb", "out.ipynb")
+    assert len(calls) == 1
