@@ -159,6 +159,23 @@ def positional_vector(index_law) -> np.ndarray:
     return index_law[sorted(cols, key=lambda c: int(c[1:]))].mean().to_numpy()
 
 
+def capped_vector(vector) -> np.ndarray:
+    """A measured index / positional vector made a sub-distribution: when its entries sum to more than 1
+    (possible near acceptance 1, where an exact first entry meets Monte Carlo later ones, e.g. in a
+    bootstrap resample of `index_law_at_rows` rows), the entries after the first are scaled down so that
+    the sum is 1; otherwise it is returned unchanged. The first entry is never changed, so a chain's
+    positional-model value (which reads p1 only) is the same either way."""
+    v = np.asarray(vector, dtype=np.float64).copy()
+    if v.ndim != 1 or v.size == 0 or np.any(v < 0) or not np.all(np.isfinite(v)):
+        raise ValueError(f"vector must be a non-empty 1-D array of non-negative numbers, got {vector!r:.80}")
+    if v[0] > 1.0 + 1e-9:
+        raise ValueError(f"vector's first entry is a probability, got {v[0]}")
+    tail = v[1:].sum()
+    if v.sum() > 1.0 and tail > 0:
+        v[1:] *= max(1.0 - min(v[0], 1.0), 0.0) / tail
+    return v
+
+
 def sampled_accepted_lengths(verifier: str, target, draft, prefix: Sequence[int], parents: Sequence[int],
                              sampling: str = "iid", n: int = 1000, seed: int = 0) -> np.ndarray:
     """Accepted draft tokens (tau) of ``n`` independent single steps on toy LMs: draw a tree
