@@ -257,3 +257,18 @@ def test_load_pair_takes_the_profile_dtype(monkeypatch):
     setup.load_pair("default", dtype="float32")
     setup.load_pair("full")
     assert seen == ["bfloat16", "bfloat16", "float32", "float32", None, None]
+
+
+def test_capped_vector_keeps_p1_and_scales_only_an_overshooting_tail():
+    import numpy as np
+    from specdec_lib import experiments as E, theory
+
+    v = E.capped_vector([0.9, 0.08, 0.03])
+    assert v[0] == 0.9 and abs(v.sum() - 1.0) < 1e-12 and np.allclose(v[1:] / v[1:].sum(), [0.08 / 0.11, 0.03 / 0.11])
+    assert np.array_equal(E.capped_vector([0.5, 0.2]), [0.5, 0.2])                     # a sub-distribution: unchanged
+    chain = theory.strategy_shape("sequence", 4, [0.9, 0.05])
+    assert theory.expected_tokens_positional(chain, E.capped_vector([0.9, 0.08, 0.03])) == \
+        theory.expected_tokens_positional(chain, [0.9, 0.05])                           # a chain reads p1 only
+    for bad in ([], [[0.5]], [-0.1, 0.2], [1.5, 0.0], [float("nan")]):
+        with pytest.raises(ValueError, match="vector"):
+            E.capped_vector(bad)
