@@ -4,7 +4,7 @@ For every held-out prompt of every category and every temperature T the target s
 at T, and target and draft score it in one teacher-forced forward each. At each continuation position
 the per-token acceptance is beta = sum_x min(p_T(x), q_T(x)) (Leviathan et al. 2023, Sec. 3.3), exact
 given the two rows; a prompt's value is the mean over its positions, and the CI resamples prompts
-(`intervals.percentile_interval`). For a draft that reads only the text (every draft here except the
+(`experiments.bootstrap_ratio`). For a draft that reads only the text (every draft here except the
 feature draft), beta at depth k of a chain has the same law as at depth 1: the accepted tokens are
 target samples, which is what the teacher-forced text is.
 
@@ -26,12 +26,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 
 from .data import load_prompts
-from .intervals import percentile_interval
+from .experiments import bootstrap_ratio
 from .models import load_model
 from .models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
 
@@ -86,18 +85,14 @@ def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_cat
 
 def summarize_acceptance(frame, by: Sequence[str] = ("temperature",), n_boot: int = 2000, seed: int = 0):
     """Mean per-token acceptance per group (prompts weighted by their positions) with its 95% CI over
-    prompts; columns ``by`` + mean, ci_low, ci_high, prompts, positions."""
+    prompts (`experiments.bootstrap_ratio`); columns ``by`` + mean, ci_low, ci_high, prompts, positions."""
     out = []
-    rng = np.random.default_rng(seed)
     for key, g in frame.groupby(list(by), sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        s, n = (g["acceptance"] * g["positions"]).to_numpy(), g["positions"].to_numpy()
-        lo = hi = float("nan")
-        if len(g) >= 2:
-            idx = rng.integers(0, len(g), size=(n_boot, len(g)))
-            lo, hi = percentile_interval(s[idx].sum(1) / n[idx].sum(1), len(g))
-        out.append({**dict(zip(by, key)), "mean": float(s.sum() / n.sum()), "ci_low": lo, "ci_high": hi,
-                    "prompts": len(g), "positions": int(n.sum())})
+        mean, lo, hi = bootstrap_ratio((g["acceptance"] * g["positions"]).to_numpy(), g["positions"].to_numpy(),
+                                       n_boot, seed)
+        out.append({**dict(zip(by, key)), "mean": mean, "ci_low": lo, "ci_high": hi, "prompts": len(g),
+                    "positions": int(g["positions"].sum())})
     return pd.DataFrame(out)
 
 

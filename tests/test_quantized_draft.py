@@ -98,8 +98,10 @@ def test_the_offline_name_loads_the_requantized_target_with_its_record(target, i
 
 
 @pytest.mark.slow
-def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4):
-    from test_decoding import E2E_ALPHA, E2E_TEMPERATURE, MemoLM, _two_token_counts, chi_square_pvalue, two_token_law
+def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4, monkeypatch):
+    from test_decoding import (E2E_ALPHA, E2E_TEMPERATURE, MemoLM, _accept_everything, _two_token_counts,
+                               chi_square_pvalue, two_token_law)
+    from specdec_lib.verifiers import VERIFIERS, Verifier
 
     t, d = MemoLM(target), MemoLM(int4)
     prompt = target.encode("Once upon a time", chat=False).tolist()
@@ -107,6 +109,11 @@ def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4):
     for verifier, shape, sampling in [("block", "chain:2", "iid"), ("traversal", "kary:2x3", "iid")]:
         counts = _two_token_counts(t, d, prompt, law, verifier, shape, sampling, 250, seed0=2000)
         assert chi_square_pvalue(counts, law) > E2E_ALPHA, (verifier, counts.most_common(6))
+    # control: a verifier that accepts every draft outputs the draft's law, which the same test must reject
+    monkeypatch.setitem(VERIFIERS, "broken", Verifier("broken", _accept_everything, None, lambda tree: None,
+                                                      "accepts every draft"))
+    counts = _two_token_counts(t, d, prompt, law, "broken", "chain:2", "iid", 250, seed0=2000)
+    assert chi_square_pvalue(counts, law) < E2E_ALPHA
 
 
 # ----- draft_measure: the record's acceptance ------------------------------------------------------------
