@@ -272,3 +272,36 @@ def test_capped_vector_keeps_p1_and_scales_only_an_overshooting_tail():
     for bad in ([], [[0.5]], [-0.1, 0.2], [1.5, 0.0], [float("nan")]):
         with pytest.raises(ValueError, match="vector"):
             E.capped_vector(bad)
+
+
+def test_with_draft_loads_another_draft_for_the_same_target(monkeypatch):
+    from specdec_lib.experiments import setup
+
+    class _Model:
+        vocab_size = 8
+        dtype = torch.bfloat16
+        device = torch.device("cpu")
+
+        def __init__(self, name):
+            self.name = name
+
+    seen = []
+
+    def fake_load_model(name, device=None, dtype=None, target=None):
+        seen.append((name, str(device), dtype, target))
+        return _Model(name)
+
+    monkeypatch.setattr(setup, "load_model", fake_load_model)
+    target, draft = _Model("t"), _Model("d")
+    pair = setup.Pair(target, draft, "hf", "t / d")
+    assert setup.with_draft(pair, None) is pair and setup.with_draft(pair, "d") is pair
+    other = setup.with_draft(pair, "cheap")
+    assert other.target is target and other.draft.name == "cheap" and other.name == "t / cheap"
+    assert seen == [("cheap", "cpu", torch.bfloat16, target)]
+    with pytest.raises(ValueError, match="draft_model"):
+        setup.with_draft(pair, 3)
+    with pytest.raises(ValueError, match="draft_model"):
+        setup.with_draft(E.toy_pair(), "cheap")
+    monkeypatch.setattr(setup, "load_model", lambda *a, **k: type("W", (), {"vocab_size": 9, "name": "w"})())
+    with pytest.raises(ValueError, match="vocabulary"):
+        setup.with_draft(pair, "wide")

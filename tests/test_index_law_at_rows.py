@@ -83,3 +83,18 @@ def test_bad_arguments_are_value_errors(kwargs, needle):
     args = {"index": _index(2), "max_index": K, "verifier": "token", **kwargs}
     with pytest.raises(ValueError, match=needle):
         E.index_law_at_rows(p, q, args.pop("index"), args.pop("max_index"), args.pop("verifier"))
+
+
+def test_rows_may_overshoot_but_their_mean_is_the_law():
+    """Near acceptance 1, ERSS's sampled race index can put 1 / num_samples on p2 beside an exact p1 close to 1:
+    such a row sums above 1 (so rows are deliberately not capped: capping only them would bias the tail down),
+    and with few samples per row even their mean may; `capped_vector` makes a mean a sub-distribution, keeping p1."""
+    g, vocab = torch.Generator().manual_seed(0), 40  # past exact enumeration: the race index is sampled
+    q = torch.softmax(2 * torch.randn(400, vocab, generator=g, dtype=torch.float64), 1)
+    p = q * (1 + 0.05 * torch.rand(400, vocab, generator=g, dtype=torch.float64))
+    p = p / p.sum(1, keepdim=True)
+    law = E.index_law_at_rows(p, q, _index(400), K, "erss", num_samples=1)
+    rows = law[["p1", "p2", "p3"]].to_numpy()
+    assert (rows.sum(1) > 1).any()
+    capped = E.capped_vector(rows.mean(0))
+    assert capped[0] == rows.mean(0)[0] and capped.sum() <= 1 + 1e-12

@@ -126,6 +126,26 @@ def load_pair(profile: str, target_model: str | None = None, draft_model: str | 
     return Pair(target, draft, "hf", f"{target.name} / {draft.name}", time.perf_counter() - t0)
 
 
+
+def with_draft(pair: Pair, draft_model: str | None, device: str | None = None, dtype: str | None = None) -> Pair:
+    """The same target with another draft: ``draft_model`` loaded by `load_model` for ``pair``'s target
+    (on ``device`` in ``dtype``; None: the target's own). ``None`` or the pair's own draft name returns ``pair``
+    itself. The notebooks use it to time end to end with a cheap draft (wall clock) while their
+    tokens-per-step sections run on the draft in the papers' acceptance regime. A toy pair has no other
+    drafts: a name raises ValueError, as does a draft with another vocabulary."""
+    if draft_model is None or draft_model == getattr(pair.draft, "name", None):
+        return pair
+    if not isinstance(draft_model, str) or not draft_model:
+        raise ValueError(f"draft_model must be a model name or None, got {draft_model!r}")
+    if pair.kind != "hf":
+        raise ValueError(f"draft_model={draft_model!r}: a {pair.kind} pair has no other drafts (use a real pair)")
+    t0 = time.perf_counter()
+    draft = load_model(draft_model, device=device or getattr(pair.target, "device", None),
+                       dtype=dtype or getattr(pair.target, "dtype", None), target=pair.target)
+    if int(draft.vocab_size) != pair.vocab_size:
+        raise ValueError(f"draft_model={draft_model!r} has vocabulary {draft.vocab_size}, the target {pair.vocab_size}")
+    return Pair(pair.target, draft, "hf", f"{pair.target.name} / {draft.name}", time.perf_counter() - t0)
+
 # ----------------------------------------------------------------------------------------- prompts
 
 @dataclass(frozen=True)

@@ -132,7 +132,12 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
     whose acceptance given the rejected draws is exact; ERSS's race index is sampled), and p1 in closed form
     (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
     r, `positional_vector`; 1 + p1 + ... + pk is batch(k)'s expected tokens at that context), without the
-    noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK."""
+    noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK.
+
+    Each entry is an unbiased estimate, but a row need not sum to at most 1: ERSS's race index is sampled,
+    so a row near acceptance 1 can meet an exact p1 of 0.99 with a sampled p2 of 1 / ``num_samples``.
+    Capping rows here would bias the tail down (only the overshooting rows would shrink); a consumer
+    that needs a sub-distribution caps the mean vector instead (`capped_vector`)."""
     if verifier not in INDEX_LAW_SCHEME:
         raise ValueError(f"verifier {verifier!r}: no index-law scheme; known: {', '.join(INDEX_LAW_SCHEME)}")
     target_rows, draft_rows = torch.as_tensor(target_rows), torch.as_tensor(draft_rows)
@@ -162,7 +167,7 @@ def positional_vector(index_law) -> np.ndarray:
 def capped_vector(vector) -> np.ndarray:
     """A measured index / positional vector made a sub-distribution: when its entries sum to more than 1
     (possible near acceptance 1, where an exact first entry meets Monte Carlo later ones, e.g. in a
-    bootstrap resample of `index_law_at_rows` rows), the entries after the first are scaled down so that
+    bootstrap resample of `index_law_at_rows` rows, whose single rows may overshoot by design), the entries after the first are scaled down so that
     the sum is 1; otherwise it is returned unchanged. The first entry is never changed, so a chain's
     positional-model value (which reads p1 only) is the same either way."""
     v = np.asarray(vector, dtype=np.float64).copy()
