@@ -29,50 +29,37 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from .data import load_prompts
-from .experiments import bootstrap_ratio
+from .experiments import Pair, bootstrap_ratio, matched_rows, prompts_for
 from .models import load_model
 from .models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
 
-__all__ = ["matched_rows", "acceptance_frame", "summarize_acceptance", "measure_pair", "main"]
-
-
-@torch.no_grad()
-def matched_rows(target_lm, draft_lm, prompt_ids: torch.Tensor, temperature: float, new_tokens: int,
-                 seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's continuation of ``prompt_ids`` sampled at ``temperature`` (at most ``new_tokens`` tokens;
-    HF ``generate`` with a KV cache, seeded with ``seed``, stopping at end of text), and the two models'
-    next-token laws at ``temperature`` at every continuation position: (p [n, V], q [n, V]) in float64, row
-    i predicting continuation token i (n = 0 when the target ends at once)."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
-    ids = prompt_ids.reshape(1, -1).to(target_lm.device)
-    torch.manual_seed(seed)
-    full = target_lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                    temperature=float(temperature), top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                                    pad_token_id=target_lm.eos_token_id)
-    rows = slice(ids.shape[1] - 1, full.shape[1] - 1)
-    p = torch.softmax(target_lm.model(full).logits[0, rows].double() / temperature, -1)
-    q = torch.softmax(draft_lm.model(full.to(draft_lm.device)).logits[0, rows].double() / temperature, -1)
-    return p.cpu(), q.cpu()
+__all__ = ["acceptance_frame", "summarize_acceptance", "measure_pair", "main"]
 
 
 def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_category: int, new_tokens: int,
                      seed: int = 0, progress: bool = True):
-    """Per (temperature, held-out prompt): the mean per-token acceptance over its continuation positions.
-    Returns (frame, rows) with rows[T] = (p, q) stacked over prompts for the theory vectors."""
+    """Per (temperature, held-out prompt): the mean per-token acceptance over its continuation positions, on
+    the rows `experiments.matched_rows` gives (the target's own continuation of the chat-encoded prompt, at
+    most ``new_tokens`` tokens, both models teacher-forced on it). Returns (frame, rows) with rows[T] = (p, q)
+    stacked over prompts for the theory vectors."""
     from tqdm.auto import tqdm
 
-    prompts = load_prompts("heldout", per_category=per_category)
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
+    pair = Pair(target_lm, draft_lm, "hf", f"{target_lm.name} / {draft_lm.name}")
+    prompts = prompts_for(pair, per_category)
     records, rows = [], {}
     for temperature in temperatures:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
         ps, qs = [], []
         for i, prompt in enumerate(tqdm(prompts, desc=f"acceptance at T={temperature}", disable=not progress)):
-            p, q = matched_rows(target_lm, draft_lm, target_lm.encode(prompt.text), temperature, new_tokens,
-                                seed * 100_003 + i)
-            if p.shape[0] == 0:
+            try:
+                p, q = matched_rows(pair, [prompt], temperature, max_new_tokens=new_tokens, seed=seed * 100_003 + i,
+                                    progress=False)
+            except ValueError as err:  # the target ended its answer at once: no position to measure
+                if "no rows collected" not in str(err):
+                    raise
                 continue
             beta = torch.minimum(p, q).sum(-1)
             records.append({"temperature": float(temperature), "prompt_id": prompt.id, "category": prompt.category,

@@ -118,20 +118,20 @@ def test_lossless_with_the_quantized_draft_on_the_real_pair(target, int4, monkey
 
 # ----- draft_measure: the record's acceptance ------------------------------------------------------------
 
-def test_matched_rows_are_the_two_laws_on_the_target_s_own_continuation(tiny_llama):
-    from specdec_lib.draft_measure import matched_rows
+def test_acceptance_frame_measures_every_held_out_prompt_on_the_experiments_rows(target):
+    """The record's rows are `experiments.matched_rows` (the target's own continuation of the chat-encoded prompt,
+    both models teacher-forced on it): a draft equal to the target accepts every position."""
+    from specdec_lib import experiments as E
+    from specdec_lib.draft_measure import acceptance_frame
 
-    lm = tiny_llama(32)
-    p, q = matched_rows(lm, lm, torch.tensor([1, 2, 3]), 0.8, 5, seed=0)
-    assert p.shape == q.shape == (5, 32) and p.dtype == torch.float64
-    assert torch.allclose(torch.minimum(p, q).sum(-1), torch.ones(5, dtype=torch.float64))   # draft = target
-    other = tiny_llama(32, seed=1)
-    p2, q2 = matched_rows(lm, other, torch.tensor([1, 2, 3]), 0.8, 5, seed=0)
-    assert torch.allclose(p2, p) and float(torch.minimum(p2, q2).sum(-1).mean()) < 1   # same text: same seed
-    for kwargs, match in [(dict(temperature=0.0, new_tokens=5), "temperature"),
-                          (dict(temperature=1.0, new_tokens=0), "new_tokens")]:
+    frame, rows = acceptance_frame(target, target, [1.0], per_category=1, new_tokens=2, progress=False)
+    assert sorted(frame["category"]) == E.prompt_categories() and frame["acceptance"].to_numpy() == pytest.approx(1.0)
+    p, q = rows[1.0]
+    assert p.shape == q.shape == (int(frame["positions"].sum()), target.vocab_size)
+    for kwargs, match in [(dict(temperatures=[0.0], new_tokens=2), "temperature"),
+                          (dict(temperatures=[1.0], new_tokens=0), "new_tokens")]:
         with pytest.raises(ValueError, match=match):
-            matched_rows(lm, lm, torch.tensor([1, 2]), seed=0, **kwargs)
+            acceptance_frame(target, target, per_category=1, progress=False, **kwargs)
 
 
 def test_summarize_acceptance_weights_prompts_by_positions():
