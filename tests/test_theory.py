@@ -196,6 +196,22 @@ def test_golden_large_n_vector_a():
     assert T.best_kary(A, 16)[1:] == (2, 3)
 
 
+@pytest.mark.parametrize("size,depth", [(16, 4), (64, 12), (13, 3), (40, 6)])
+def test_depth_bounded_baselines_stay_within_the_depth_and_below_the_dp(size, depth):
+    """With Sequoia's depth bound (root counted) the baselines are the best k x L / k-ary trees of at most that
+    depth (brute force over k), and the bounded DP tree of the same size and depth is at least as good."""
+    ksl = T.best_k_sequences(A, size, depth=depth)
+    brute = max((T.k_sequences_expected_tokens(A, k, min((size - 1) // k, depth - 1)), k) for k in range(1, size))
+    assert ksl[0] == pytest.approx(brute[0], abs=1e-12) and ksl[2] + 1 <= depth
+    kary = T.best_kary(A, size, depth=depth)
+    assert kary[2] + 1 <= depth and kary[0] <= T.best_kary(A, size)[0] + 1e-12
+    assert T.sequoia_tree(A, size, depth)[1] >= max(ksl[0], kary[0]) - 1e-12
+    assert T.best_k_sequences(A, size, depth=None) == T.best_k_sequences(A, size)
+    assert T.best_k_sequences(A, size, depth=1)[0] == T.best_kary(A, size, depth=1)[0] == 1.0  # the root alone
+    with pytest.raises(ValueError, match="depth"):
+        T.best_kary(A, size, depth=0)
+
+
 def test_golden_repo_vector():
     assert REPO[0] == pytest.approx(423 / 667) and REPO.sum() == pytest.approx(0.926537, abs=1e-6)
     table = T.sequoia_table(REPO, 1024)

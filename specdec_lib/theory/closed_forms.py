@@ -86,33 +86,45 @@ def kary_expected_tokens(acceptance_vector, k: int, levels: int) -> float:
     return float(sum(pk ** i for i in range(levels + 1)))
 
 
-def best_k_sequences(acceptance_vector, size: int) -> tuple[float, int, int]:
-    """The best k x L tree (k independent sequences) with k*L + 1 <= size: (F, k, L).
+def _depth_budget(depth, size: int) -> int:
+    """Drafted levels a baseline may use: ``depth`` counts the root (as in `sequoia_tree`); None: no bound."""
+    if depth is None:
+        return size - 1
+    return _check_int(depth, "depth", 1) - 1
 
-    Baseline column of docs/methods/sequoia.md §3.4 ("best k x L"). Ties go to the smaller k.
+
+def best_k_sequences(acceptance_vector, size: int, depth: int | None = None) -> tuple[float, int, int]:
+    """The best k x L tree (k independent sequences) with k*L + 1 <= size and, when ``depth`` is given,
+    L + 1 <= depth (depth counts the root, as in `sequoia_tree`): (F, k, L).
+
+    Baseline column of docs/methods/sequoia.md §3.4 ("best k x L"). Ties go to the smaller k. The same
+    ``depth`` as Sequoia's DP compares trees of one size and one number of sequential draft forwards.
     """
     p = _prob_vector(acceptance_vector)
     size = _check_int(size, "size", 1)
+    levels = _depth_budget(depth, size)
     best = (1.0, 0, 0)
     for k in range(1, size):
-        length = (size - 1) // k
+        length = min((size - 1) // k, levels)
         value = float(k_sequences_expected_tokens(p, k, length))
         if value > best[0] + 1e-15:
             best = (value, k, length)
     return best
 
 
-def best_kary(acceptance_vector, size: int) -> tuple[float, int, int]:
-    """The best full k-ary tree (k >= 1; k = 1 is the chain) with at most ``size`` nodes: (F, k, levels).
+def best_kary(acceptance_vector, size: int, depth: int | None = None) -> tuple[float, int, int]:
+    """The best full k-ary tree (k >= 1; k = 1 is the chain) with at most ``size`` nodes and, when ``depth``
+    is given, at most ``depth`` levels counting the root: (F, k, levels).
 
     Baseline column of docs/methods/sequoia.md §3.4 ("best full k-ary"); ``levels`` counts drafted levels.
     """
     p = _prob_vector(acceptance_vector)
     size = _check_int(size, "size", 1)
+    budget = _depth_budget(depth, size)
     best = (1.0, 1, 0)
     for k in range(1, size):
         levels, nodes = 0, 1
-        while True:
+        while levels < budget:
             nxt = nodes + k ** (levels + 1)
             if nxt > size:
                 break
