@@ -126,7 +126,6 @@ def load_pair(profile: str, target_model: str | None = None, draft_model: str | 
     return Pair(target, draft, "hf", f"{target.name} / {draft.name}", time.perf_counter() - t0)
 
 
-
 def with_draft(pair: Pair, draft_model: str | None, device: str | None = None, dtype: str | None = None) -> Pair:
     """The same target with another draft: ``draft_model`` loaded by `load_model` for ``pair``'s target
     (on ``device`` in ``dtype``; None: the target's own). ``None`` or the pair's own draft name returns ``pair``
@@ -145,6 +144,7 @@ def with_draft(pair: Pair, draft_model: str | None, device: str | None = None, d
     if int(draft.vocab_size) != pair.vocab_size:
         raise ValueError(f"draft_model={draft_model!r} has vocabulary {draft.vocab_size}, the target {pair.vocab_size}")
     return Pair(pair.target, draft, "hf", f"{pair.target.name} / {draft.name}", time.perf_counter() - t0)
+
 
 # ----------------------------------------------------------------------------------------- prompts
 
