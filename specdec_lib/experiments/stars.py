@@ -168,8 +168,8 @@ def capped_vector(vector) -> np.ndarray:
     """A measured index / positional vector made a sub-distribution: when its entries sum to more than 1
     (possible near acceptance 1, where an exact first entry meets Monte Carlo later ones, e.g. in a
     bootstrap resample of `index_law_at_rows` rows, whose single rows may overshoot by design), the entries
-    after the first are scaled down so that the sum is 1; otherwise it is returned unchanged. The first entry is never changed, so a chain's
-    positional-model value (which reads p1 only) is the same either way."""
+    after the first are scaled down so that the sum is 1; otherwise it is returned unchanged. The first
+    entry is never changed, so a chain's positional-model value (which reads p1 only) is the same either way."""
     v = np.asarray(vector, dtype=np.float64).copy()
     if v.ndim != 1 or v.size == 0 or np.any(v < 0) or not np.all(np.isfinite(v)):
         raise ValueError(f"vector must be a non-empty 1-D array of non-negative numbers, got {vector!r:.80}")
