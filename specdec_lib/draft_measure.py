@@ -29,7 +29,7 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from .experiments import Pair, bootstrap_ratio, matched_rows, prompts_for
+from .experiments import NoRowsError, Pair, bootstrap_ratio, matched_rows, prompts_for
 from .models import load_model
 from .models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
 
@@ -46,20 +46,19 @@ def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_cat
 
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
+    bad = [t for t in temperatures if not t > 0]
+    if bad:
+        raise ValueError(f"temperatures must be > 0, got {bad!r}")
     pair = Pair(target_lm, draft_lm, "hf", f"{target_lm.name} / {draft_lm.name}")
     prompts = prompts_for(pair, per_category)
     records, rows = [], {}
     for temperature in temperatures:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
         ps, qs = [], []
         for i, prompt in enumerate(tqdm(prompts, desc=f"acceptance at T={temperature}", disable=not progress)):
             try:
                 p, q = matched_rows(pair, [prompt], temperature, max_new_tokens=new_tokens, seed=seed * 100_003 + i,
                                     progress=False)
-            except ValueError as err:  # the target ended its answer at once: no position to measure
-                if "no rows collected" not in str(err):
-                    raise
+            except NoRowsError:  # the target ended its answer at once: no position to measure
                 continue
             beta = torch.minimum(p, q).sum(-1)
             records.append({"temperature": float(temperature), "prompt_id": prompt.id, "category": prompt.category,

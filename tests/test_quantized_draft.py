@@ -162,3 +162,31 @@ def test_another_target_gets_its_own_named_copy_without_the_offline_record():
     assert draft.name == "my-target-int4-self-draft" and draft.record_dir is None
     assert draft.vocab_size == 40 and isinstance(draft.model.lm_head, QuantizedLinear)
     assert target.model.lm_head.weight is target.model.model.embed_tokens.weight   # the target stays tied
+
+
+def test_acceptance_frame_skips_a_prompt_the_target_answers_with_nothing_and_nothing_else(monkeypatch):
+    import types
+
+    from specdec_lib import draft_measure
+    from specdec_lib.experiments import NoRowsError
+    from specdec_lib.experiments.collection import joined_rows
+
+    with pytest.raises(NoRowsError):   # the shared mechanism's own error, a ValueError
+        joined_rows([], [], "hf")
+    assert issubclass(NoRowsError, ValueError)
+    prompts = [types.SimpleNamespace(id=f"qa-{i}", category="qa") for i in range(3)]
+    monkeypatch.setattr(draft_measure, "prompts_for", lambda pair, per_category: prompts)
+    rows = torch.softmax(torch.randn(2, 5, dtype=torch.float64), -1)
+
+    def fake_rows(pair, chosen, temperature, **kwargs):
+        if chosen[0].id == "qa-1":
+            raise NoRowsError("no rows collected (every generation was empty)")
+        return rows, rows
+
+    monkeypatch.setattr(draft_measure, "matched_rows", fake_rows)
+    lm = types.SimpleNamespace(name="m")
+    frame, _ = draft_measure.acceptance_frame(lm, lm, [1.0], per_category=1, new_tokens=2, progress=False)
+    assert list(frame["prompt_id"]) == ["qa-0", "qa-2"] and frame["acceptance"].to_numpy() == pytest.approx(1.0)
+    monkeypatch.setattr(draft_measure, "matched_rows", lambda *a, **k: (_ for _ in ()).throw(ValueError("other")))
+    with pytest.raises(ValueError, match="other"):   # any other error is not swallowed
+        draft_measure.acceptance_frame(lm, lm, [1.0], per_category=1, new_tokens=2, progress=False)

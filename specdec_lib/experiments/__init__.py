@@ -30,7 +30,7 @@ and are re-exported here.
 from __future__ import annotations
 
 from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
-from .collection import TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
+from .collection import NoRowsError, TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
 from .shared_contexts import paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
@@ -43,7 +43,7 @@ from .timing import step_seconds_shared_work, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
 __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
-           "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "TreeRecord",
+           "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "NoRowsError", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "paired_tokens_at_shared_contexts", "rows_at_shared_contexts",
            "restrict_depth", "truncate_chain", "index_tuples",

@@ -266,8 +266,14 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
     return joined_rows(P, Q, pair.kind)
 
 
+class NoRowsError(ValueError):
+    """No matched rows were collected: every generation of the target was empty (it ended its answer at
+    once). A ValueError; callers that measure one prompt at a time catch it to skip that prompt."""
+
+
 def joined_rows(P: list, Q: list, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Collected rows as two [M, V] tensors (a toy pair collects single rows, an hf pair blocks of rows)."""
+    """Collected rows as two [M, V] tensors (a toy pair collects single rows, an hf pair blocks of rows);
+    `NoRowsError` when there are none."""
     if not P:
-        raise ValueError("no rows collected (every generation was empty)")
+        raise NoRowsError("no rows collected (every generation was empty)")
     return (torch.stack(P), torch.stack(Q)) if kind == "toy" else (torch.cat(P), torch.cat(Q))
