@@ -41,8 +41,8 @@ from ..models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples
 from .model import FeatureDraft, build_feature_draft
 
-__all__ = ["Packed", "pack", "level_mask", "draft_levels", "subset_topk_kl", "train_loss",
-           "acceptance_by_depth", "mean_acceptance", "main"]
+__all__ = ["Packed", "pack", "level_mask", "level_mask_of", "levels_forward", "draft_levels", "subset_topk_kl",
+           "train_loss", "acceptance_by_depth", "mean_acceptance", "main"]
 
 
 class Packed:
@@ -81,12 +81,18 @@ def pack(samples: Sequence[FeatureSample]) -> Packed:
 def level_mask(packed: Packed, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The bool mask [levels * N, levels * N] of a forward over the chain and levels 2..``levels``
     (module docstring) and ``valid`` [levels * N]: the node's root lies in its own sequence."""
-    n = len(packed)
+    return level_mask_of(packed.seq, packed.pos, levels)
+
+
+def level_mask_of(seq: torch.Tensor, pos: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`level_mask` for positions given by their sequence numbers ``seq`` [N] and positions ``pos`` [N]
+    (one sequence of length L: ``seq`` zeros, ``pos`` arange(L))."""
+    n = int(seq.shape[0])
     idx = torch.arange(n).repeat(levels)
     level = torch.arange(1, levels + 1).repeat_interleave(n)
-    seq = packed.seq.repeat(levels)
+    seq = seq.repeat(levels)
     root = idx - level + 1
-    seq_start = (idx - packed.pos.repeat(levels))
+    seq_start = (idx - pos.repeat(levels))
     valid = root >= seq_start
     same_seq = seq[:, None] == seq[None, :]
     chain_key = (level[None, :] == 1) & (idx[None, :] <= root[:, None])
@@ -102,26 +108,33 @@ def _float_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask[None, None]
 
 
-def draft_levels(draft: FeatureDraft, packed: Packed, levels: int) -> list[torch.Tensor]:
-    """Hidden states [N, H] of every level 1..``levels`` (level m row i = node (i, m))."""
-    n = len(packed)
+def levels_forward(draft: FeatureDraft, ids: torch.Tensor, chain_features: torch.Tensor, pos: torch.Tensor,
+                   allowed: torch.Tensor, levels: int) -> list[torch.Tensor]:
+    """Hidden states [B, n, H] of every level 1..``levels`` for rows of ``ids`` [B, n] with chain
+    features [B, n, H] (f_{i-1}) and positions [B, n], all rows sharing the mask ``allowed`` (of
+    `level_mask_of`, [levels * n, levels * n])."""
+    n = int(ids.shape[1])
     device = draft.student.get_input_embeddings().weight.device
     dtype = draft.student.get_input_embeddings().weight.dtype
-    allowed, _ = level_mask(packed, levels)
     outs: list[torch.Tensor] = []
-    chain_f = packed.chain_features.to(device, dtype)
+    chain_f = chain_features.to(device, dtype)
     for m in range(1, levels + 1):
         feats = [chain_f]
         for prev in outs:  # level k+1 reads level k's output at the previous position
-            shifted = torch.cat([torch.zeros_like(prev[:1]), prev[:-1]])
-            feats.append(shifted)
+            feats.append(torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1))
         width = m * n
-        ids = packed.ids.repeat(m).to(device)
-        pos = packed.pos.repeat(m).to(device)
-        mask = _float_mask(allowed[:width, :width], dtype).to(device)
-        hidden, _ = draft(ids[None], torch.cat(feats)[None], pos[None], attention_mask=mask)
-        outs.append(hidden[0, (m - 1) * n: m * n])
+        mask = _float_mask(allowed[:width, :width], dtype).to(device).expand(ids.shape[0], 1, width, width)
+        hidden, _ = draft(ids.repeat(1, m).to(device), torch.cat(feats, dim=1), pos.repeat(1, m).to(device),
+                          attention_mask=mask)
+        outs.append(hidden[:, (m - 1) * n: m * n])
     return outs
+
+
+def draft_levels(draft: FeatureDraft, packed: Packed, levels: int) -> list[torch.Tensor]:
+    """Hidden states [N, H] of every level 1..``levels`` (level m row i = node (i, m))."""
+    allowed, _ = level_mask(packed, levels)
+    outs = levels_forward(draft, packed.ids[None], packed.chain_features[None], packed.pos[None], allowed, levels)
+    return [h[0] for h in outs]
 
 
 def subset_topk_kl(logits: torch.Tensor, topk_idx: torch.Tensor, topk_logp: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,324 @@
+"""Online training of the feature draft on an accelerator: sampling, features and training in one
+process, nothing written but checkpoints.
+
+`train` reads shards from disk and builds one dense mask over a packed batch: right for a CPU and a
+few thousand tokens. On a GPU the target samples tens of thousands of tokens per second, so here:
+
+1. the target samples continuations of a batch of prompts at T = 1 (``generate``; no top-k, no top-p);
+2. one teacher-forced target forward over the right-padded sequences gives the features f_j (with
+   right padding a causal forward needs no mask: every real position sees only real ones);
+3. the batch joins a buffer of tokens and bfloat16 features; the target's rows are recomputed from
+   the features by its head whenever a batch is drawn, so the buffer holds ~1.2 kB per token, not a
+   49,152-wide row;
+4. each draft trains on rows drawn from the buffer, for as long as the sampling took (``train_ratio``),
+   with the training-time-test levels of `train` (every row shares one [levels L, levels L] mask,
+   `train.level_mask_of`) and the KL of `sub_vocab_kl` against the target's exact rows.
+
+Several drafts (e.g. learning rates) can train on the same samples. Each draft's trainable state is
+saved as ``<out>/<name>.safetensors`` (the format of `model.export_feature_draft`) with
+``<out>/online_log.jsonl``; a second run with the same ``--out`` resumes from them.
+
+Command line (a GPU; the same code runs on a CPU at toy sizes)::
+
+    python -m specdec_lib.eagle.online --minutes 6 --out distill_runs/eagle_online --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .data import FeatureSample, training_prompts
+from .model import EAGLE_DIR, FeatureDraft, load_feature_draft
+from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
+
+__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "online_loss",
+           "DraftRun", "train_online", "heldout_rollouts", "depth_acceptance", "main"]
+
+
+@dataclass
+class Rollouts:
+    """Right-padded sequences ``ids`` [B, L] (prompt then continuation), their ``lengths`` and
+    ``prompt_lens`` [B], and the target's features ``features`` [B, L, H] (row j: after ids[: j + 1])."""
+
+    ids: torch.Tensor
+    lengths: torch.Tensor
+    prompt_lens: torch.Tensor
+    features: torch.Tensor | None = None
+
+    def rows(self, index: torch.Tensor) -> "Rollouts":
+        """The sequences ``index``, trimmed to their longest."""
+        width = int(self.lengths[index].max())
+        feats = None if self.features is None else self.features[index, :width]
+        return Rollouts(self.ids[index, :width], self.lengths[index], self.prompt_lens[index], feats)
+
+
+@torch.no_grad()
+def sample_continuations(model, prompts: Sequence[Sequence[int]], new_tokens: int, eos_token_id: int,
+                         pad_token_id: int, seed: int, temperature: float = 1.0) -> Rollouts:
+    """The target (an HF causal LM) samples one continuation per prompt (batched, left-padded for
+    sampling), cut after the first EOS; returned right-padded with ``pad_token_id``."""
+    # lazy: transformers takes seconds to import; only model loading needs it
+    from transformers import GenerationConfig
+
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token lists")
+    if new_tokens < 1:
+        raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
+    device = model.get_input_embeddings().weight.device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):] = torch.as_tensor(list(p))
+        mask[b, width - len(p):] = 1
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                              max_new_tokens=new_tokens, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    torch.manual_seed(seed)
+    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+    continuation = out[:, width:].cpu().tolist()
+    seqs = []
+    for p, c in zip(prompts, continuation):
+        if eos_token_id in c:
+            c = c[: c.index(eos_token_id) + 1]
+        seqs.append(list(p) + c)
+    length = max(len(s) for s in seqs)
+    padded = torch.full((len(seqs), length), pad_token_id, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        padded[b, : len(s)] = torch.as_tensor(s)
+    return Rollouts(padded.to(device), torch.tensor([len(s) for s in seqs], device=device),
+                    torch.tensor([len(p) for p in prompts], device=device))
+
+
+@torch.no_grad()
+def target_features(model, rollouts: Rollouts) -> Rollouts:
+    """``rollouts`` with the target's features (bfloat16), from one causal forward."""
+    hidden = model.model(input_ids=rollouts.ids).last_hidden_state
+    return Rollouts(rollouts.ids, rollouts.lengths, rollouts.prompt_lens, hidden.to(torch.bfloat16))
+
+
+def sub_vocab_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
+    """Per row, KL(p || q) restricted to the draft's head vocabulary ``vocab_ids``: sum over x in the
+    vocabulary of p(x) (log p(x) - log q(x)), with ``target_logp`` [R, V] the target's full log-probs and
+    ``draft_logits`` [R, K] the draft's logits over the vocabulary. The target's mass outside it adds a
+    constant the draft cannot change (it is 0 there), left out; with the full vocabulary it is the KL."""
+    logp = target_logp[:, vocab_ids].float()
+    logq = torch.log_softmax(draft_logits.float(), dim=-1)
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch.Tensor, batch: Rollouts,
+                levels: int, level_weights: Sequence[float], prompt_weight: float = 0.2
+                ) -> tuple[torch.Tensor, list[float]]:
+    """Weighted mean over levels of the position-weighted `sub_vocab_kl` of `train.train_loss`'s design:
+    node (i, m) predicts x_{i+1} against the target's row at i (from its feature and ``target_head``
+    [V, H]); continuation rows weigh 1, prompt rows ``prompt_weight``; a level-m node needs i >= m - 1."""
+    if len(level_weights) < levels:
+        raise ValueError(f"level_weights needs {levels} entries, got {len(level_weights)}")
+    n_rows, width = batch.ids.shape
+    device = batch.ids.device
+    feats = batch.features
+    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+    pos = torch.arange(width, device=device).expand(n_rows, width)
+    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), levels)
+    outs = levels_forward(draft, batch.ids, chain, pos, allowed, levels)
+    weight = torch.where(pos >= batch.prompt_lens[:, None] - 1, 1.0, prompt_weight) * (pos < batch.lengths[:, None] - 1)
+    sel = weight > 0
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):  # the target's rows at full precision
+        target_logp = torch.log_softmax(feats[sel].to(target_head.dtype) @ target_head.T, dim=-1)
+    head_rows = target_head[vocab_ids]
+    total, per_level = 0.0, []
+    for m, hidden in enumerate(outs, start=1):
+        w = (weight * (pos >= m - 1))[sel]
+        kl = sub_vocab_kl(target_logp, hidden[sel] @ head_rows.to(hidden.dtype).T, vocab_ids)
+        level_loss = (kl * w).sum() / w.sum().clamp(min=1e-9)
+        per_level.append(float(level_loss.detach()))
+        total = total + level_weights[m - 1] * level_loss
+    return total / sum(level_weights[:levels]), per_level
+
+
+class DraftRun:
+    """One draft in training: its optimiser (body and feature input at their own learning rates, linear
+    warm-up, then a linear decay to 10% over the run's time) and its checkpoint ``<out>/<name>.safetensors``."""
+
+    def __init__(self, name: str, draft: FeatureDraft, lr: float, inject_lr: float, warmup: int = 100):
+        if lr <= 0 or inject_lr <= 0 or warmup < 1:
+            raise ValueError(f"lr and inject_lr must be > 0 and warmup >= 1, got {lr}, {inject_lr}, {warmup}")
+        self.name, self.draft, self.base, self.warmup = name, draft, (lr, inject_lr), warmup
+        draft.student.get_input_embeddings().weight.requires_grad_(False)
+        inject = list(draft.inject.parameters()) + list(draft.feature_norm.parameters())
+        body = [p for n, p in draft.student.named_parameters() if p.requires_grad and "embed" not in n]
+        self.params = body + inject
+        self.opt = torch.optim.AdamW([{"params": body, "lr": lr}, {"params": inject, "lr": inject_lr}],
+                                     weight_decay=0.0)
+        self.step = 0
+
+    def update(self, loss: torch.Tensor, progress: float) -> None:
+        scale = min(1.0, (self.step + 1) / self.warmup) * (1.0 - 0.9 * min(max(progress, 0.0), 1.0))
+        for group, base in zip(self.opt.param_groups, self.base):
+            group["lr"] = base * scale
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.step += 1
+
+    def save(self, out_dir: Path) -> Path:
+        path = Path(out_dir) / f"{self.name}.safetensors"
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({k: v.to(torch.bfloat16).contiguous() for k, v in self.draft.trainable_state().items()}, str(tmp),
+                  metadata={"step": str(self.step)})
+        os.replace(tmp, path)
+        return path
+
+
+def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Sequence[int]], out_dir: Path | str,
+                 minutes: float, eos_token_id: int, pad_token_id: int, batch: int = 512, rows_per_step: int = 64,
+                 new_tokens: int = 128, levels: int = 3, level_weights: Sequence[float] = (1.0, 0.6, 0.6),
+                 train_ratio: float = 1.0, buffer_batches: int = 64, save_every_s: float = 60.0, seed: int = 0,
+                 log=print) -> dict:
+    """Alternate sampling a batch of ``batch`` prompts (cycling through ``prompts``, a new seed each
+    round) and training every run on ``rows_per_step`` sequences drawn from the buffer, for
+    ``train_ratio`` times the sampling's time, until ``minutes`` pass; returns the totals."""
+    if not runs or not prompts:
+        raise ValueError("train_online needs at least one run and one prompt")
+    if minutes <= 0 or batch < 1 or rows_per_step < 1 or train_ratio <= 0:
+        raise ValueError("minutes, batch, rows_per_step and train_ratio must be positive")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    head = target_model.get_output_embeddings().weight.detach()
+    start, deadline = time.time(), time.time() + 60.0 * minutes
+    rng = random.Random(seed)
+    buffer: list[Rollouts] = []
+    totals = {"rounds": 0, "sampled_tokens": 0, "trained_rows": 0, "sampling_s": 0.0, "training_s": 0.0}
+    last_save = time.time()
+    cursor = (seed * 7919) % len(prompts)
+    while time.time() < deadline:
+        t0 = time.time()
+        chunk = [prompts[(cursor + i) % len(prompts)] for i in range(batch)]
+        cursor = (cursor + batch) % len(prompts)
+        rollouts = target_features(target_model, sample_continuations(
+            target_model, chunk, new_tokens, eos_token_id, pad_token_id, seed * 1_000_003 + totals["rounds"]))
+        buffer = (buffer + [rollouts])[-buffer_batches:]
+        sampled = int((rollouts.lengths - rollouts.prompt_lens).sum())
+        totals["sampled_tokens"] += sampled
+        totals["rounds"] += 1
+        sampling_s = time.time() - t0
+        totals["sampling_s"] += sampling_s
+        t1, losses = time.time(), {r.name: [] for r in runs}
+        while time.time() - t1 < train_ratio * sampling_s and time.time() < deadline:
+            source = buffer[rng.randrange(len(buffer))]
+            pick = torch.randperm(source.ids.shape[0], generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+            rows = source.rows(pick[:rows_per_step].to(source.ids.device))
+            for run in runs:
+                run.draft.train()
+                with torch.autocast(rows.ids.device.type, dtype=torch.bfloat16):
+                    loss, per_level = online_loss(run.draft, head, run.draft.student.lm_head.vocab_ids, rows,
+                                                  levels, level_weights)
+                run.update(loss, (time.time() - start) / (deadline - start))
+                losses[run.name].append([float(loss.detach())] + per_level)
+            totals["trained_rows"] += int(rows.ids.shape[0])
+        totals["training_s"] += time.time() - t1
+        record = {"round": totals["rounds"], "minutes": round((time.time() - start) / 60, 3),
+                  "sampled_tokens": totals["sampled_tokens"], "round_tokens": sampled,
+                  "sampling_s": round(sampling_s, 2),
+                  **{name: {"steps": len(v), "loss": [round(sum(c) / len(c), 4) for c in zip(*v)] if v else None}
+                     for name, v in losses.items()}}
+        with open(out_dir / "online_log.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        log(record)
+        if time.time() - last_save > save_every_s or time.time() >= deadline:
+            for run in runs:
+                run.save(out_dir)
+            last_save = time.time()
+    for run in runs:
+        run.save(out_dir)
+    totals.update(steps={r.name: r.step for r in runs}, minutes=(time.time() - start) / 60)
+    return totals
+
+
+def heldout_rollouts(lm, per_category: int | None, new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
+    """Target continuations of the held-out prompts as `FeatureSample` s for `train.acceptance_by_depth`
+    (which recomputes features and rows; the stored rows are left empty)."""
+    from ..data import load_prompts
+
+    prompts = [lm.encode(p.text).tolist() for p in load_prompts("heldout", per_category=per_category)]
+    roll = sample_continuations(lm.model, prompts, new_tokens, lm.eos_token_id, _pad_id(lm), seed)
+    out = []
+    for b, n in enumerate(roll.lengths.tolist()):
+        tokens = roll.ids[b, :n].cpu()
+        out.append(FeatureSample(tokens, int(roll.prompt_lens[b]), torch.zeros(n - 1, 1),
+                                 torch.zeros(n - 1, 1, dtype=torch.long), torch.zeros(n - 1, 1)))
+    return out
+
+
+def depth_acceptance(draft: FeatureDraft, target_model, samples: Sequence[FeatureSample], depth: int = 4) -> list[float]:
+    """Mean acceptance sum_x min(p, q) at T = 1 by depth 1..``depth`` over the continuation positions."""
+    draft.eval()
+    return [round(x, 4) for x in mean_acceptance(acceptance_by_depth(draft, target_model, samples, depth))["1.0"]]
+
+
+def _pad_id(lm) -> int:
+    pad = getattr(lm.tokenizer, "pad_token_id", None)
+    return int(pad if pad is not None else lm.eos_token_id)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="train feature drafts online (sampling and training in one process)")
+    ap.add_argument("--minutes", type=float, required=True)
+    ap.add_argument("--out", type=Path, default=Path("distill_runs/eagle_online"))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--init", type=Path, default=EAGLE_DIR, help="the feature draft to start from")
+    ap.add_argument("--lrs", default="3e-4:1e-3,1e-3:3e-3", help="body:inject learning rates, one run each")
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--rows-per-step", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--levels", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=8000, help="self-made instructions beside the training prompts")
+    ap.add_argument("--eval-per-category", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    from ..models import load_model
+
+    if str(a.device).startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+    lm = load_model("smollm2-135m-instruct", device=a.device, dtype="float32")
+    runs = []
+    for k, spec in enumerate(a.lrs.split(",")):
+        lr, inject_lr = (float(x) for x in spec.split(":"))
+        name = f"draft_{k}_lr{spec.replace(':', '_')}"
+        draft = load_feature_draft(lm, a.init)
+        saved = a.out / f"{name}.safetensors"
+        if saved.is_file():  # resume
+            state = load_file(str(saved))
+            draft.load_state_dict({key: v.to(torch.float32) for key, v in state.items()}, strict=False)
+        runs.append(DraftRun(name, draft, lr, inject_lr))
+    t0 = time.time()
+    held = heldout_rollouts(lm, a.eval_per_category)
+    before = depth_acceptance(runs[0].draft, lm.model, held)  # every run starts from --init (or resumes)
+    print(json.dumps({"heldout_sequences": len(held), "acceptance_before": before,
+                      "eval_s": round(time.time() - t0, 1)}), flush=True)
+    prompts = [lm.encode(t).tolist() for t in training_prompts(a.seeds, seed=a.seed)]
+    random.Random(a.seed).shuffle(prompts)
+    totals = train_online(lm.model, runs, prompts, a.out, a.minutes, lm.eos_token_id, _pad_id(lm), a.batch,
+                          a.rows_per_step, a.new_tokens, a.levels, seed=a.seed,
+                          log=lambda r: print(json.dumps(r), flush=True))
+    after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
+    summary = {"totals": totals, "acceptance_before": before, "acceptance_after": after,
+               "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device)}
+    (a.out / "online_summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
