@@ -170,6 +170,21 @@ def _loss_curve(run_dir: Path) -> list:
             for r in rows]
 
 
+def _online_training(weights: Path) -> dict:
+    """The training record of a draft trained by `online` (its summary and its own losses per round)."""
+    summary = json.loads((weights.parent / "online_summary.json").read_text())
+    name = weights.stem
+    rounds = [json.loads(line) for line in (weights.parent / "online_log.jsonl").read_text().splitlines() if line.strip()]
+    curve = [[r["round"], r["minutes"], r["sampled_tokens"]] + (r[name]["loss"] or []) for r in rounds if name in r]
+    return {"method": "specdec_lib.eagle.online (target sampling at T = 1 and training in one process)",
+            "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
+            "sampled_tokens": summary["totals"]["sampled_tokens"], "steps": summary["totals"]["steps"].get(name),
+            "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
+                                          "after": summary.get("acceptance_after", {}).get(name)},
+            "loss_curve_columns": ["round", "minutes", "sampled tokens", "loss", "level losses..."],
+            "loss_curve": curve}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="measure (and export) the feature draft")
     ap.add_argument("--run-dir", default="distill_runs/eagle")
@@ -178,7 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--init", action="store_true", help="measure the untrained feature draft (no checkpoint)")
     ap.add_argument("--per-category", type=int, default=None,
                     help="only the first N held-out prompts of each category")
+    ap.add_argument("--weights", type=Path, default=None,
+                    help="a trained state from eagle.online (<out>/<name>.safetensors) instead of <run-dir>/checkpoint.pt; "
+                         "its online_summary.json and online_log.jsonl beside it are the training record")
     a = ap.parse_args(argv)
+    if a.weights is not None and a.init:
+        ap.error("--weights and --init exclude each other")
     torch.set_num_threads(a.threads)
     run = Path(a.run_dir)
     lm = load_model("smollm2-135m-instruct")
@@ -186,7 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     head_vocab = load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
     use_subset_head(draft.student, head_vocab)
     draft.eval()
-    saved = torch.load(run / "checkpoint.pt", weights_only=False) if not a.init else {"state": {}}
+    if a.weights is not None:
+        saved = {"draft": {k: v.float() for k, v in load_file(str(a.weights)).items()}, "state": {}}
+    else:
+        saved = torch.load(run / "checkpoint.pt", weights_only=False) if not a.init else {"state": {}}
     t0 = time.time()
     cache = run / (f"heldout_{a.per_category}_per_category.safetensors" if a.per_category else "heldout.safetensors")
     samples, cats = heldout_samples(load_model("smollm2-135m-instruct", dtype="bfloat16"), cache,
@@ -205,16 +228,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
-    data = json.loads((run / "data" / "progress.json").read_text())
+    training = _online_training(a.weights) if a.weights is not None else {
+        **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
+        "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
     record = {
         "name": "smollm2-135m-eagle", "base_model": "smollm2-135m-instruct",
         "design": "feature draft (EAGLE family): input E[x_j] + W RMSNorm(f_{j-1}) (W zero-initialised), the "
                   "2 decoder layers and norm of smollm2-135m-draft as initialisation, the target's tied head "
                   "restricted to 8192 frequent tokens; own output fed as the feature below the root",
-        "objective": "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "
-                     "levels (level m = depth m of a chain drafted along the sampled text)",
-        "training": {**saved["state"], "data": data, "loss_curve_columns": ["step", "loss", "minutes", "level losses..."],
-                     "loss_curve": _loss_curve(run)},
+        "objective": ("forward KL(target || draft) at T=1 on the target's exact rows over the draft's head vocabulary "
+                      "(online.sub_vocab_kl), summed over 3 training-time-test levels; started from the CPU-trained "
+                      "feature draft" if a.weights is not None else
+                      "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "
+                      "levels (level m = depth m of a chain drafted along the sampled text)"),
+        "training": training,
         "evaluation": evaluation,
         "forward_time": forward_times(draft, lm.model),
         "machine": {"processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
