@@ -1,0 +1,146 @@
+"""Online training of the feature draft (`specdec_lib.eagle.online`): the batched levels are the drafted
+chain, the loss is the KL on exact rows, sampling keeps prompts and cuts at EOS, a run trains and saves.
+
+Tiny random Llama models stand in for the pair (milliseconds per forward)."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from specdec_lib.distill import full_kl, tiny_llama
+from specdec_lib.eagle.data import FeatureSample
+from specdec_lib.eagle.model import FeatureDraft
+from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, sample_continuations, sub_vocab_kl,
+                                     target_features, train_online)
+from specdec_lib.eagle.train import draft_levels, level_mask_of, levels_forward, pack
+from specdec_lib.models.offline import build_student
+from specdec_lib.models.subset_head import use_subset_head
+
+VOCAB = 64
+EOS = 1
+
+
+@pytest.fixture()
+def pair():
+    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=3)
+    draft = FeatureDraft(build_student(target, 1))
+    with torch.no_grad():
+        draft.inject.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(1))
+    use_subset_head(draft.student, torch.arange(0, VOCAB, 2))
+    return target, draft
+
+
+def _rollouts(target, seqs, prompt_lens):
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.as_tensor(s)
+    return target_features(target, Rollouts(ids, torch.tensor([len(s) for s in seqs]), torch.tensor(prompt_lens)))
+
+
+def test_batched_levels_equal_the_packed_levels_of_each_sequence(pair):
+    target, draft = pair
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(2, VOCAB, (n,), generator=gen).tolist() for n in (9, 6)]
+    roll = _rollouts(target, seqs, [3, 2])
+    feats = roll.features.float()
+    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+    width = roll.ids.shape[1]
+    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), 3)
+    with torch.no_grad():
+        batched = levels_forward(draft, roll.ids, chain, torch.arange(width).expand(2, width), allowed, 3)
+        for b, s in enumerate(seqs):
+            n = len(s)
+            sample = FeatureSample(torch.as_tensor(s), 2, feats[b, : n - 1], torch.zeros(n - 1, 1, dtype=torch.long),
+                                   torch.zeros(n - 1, 1))
+            packed = draft_levels(draft, pack([sample]), 3)
+            for m in range(3):  # real positions (padding comes after them and is never attended)
+                assert torch.allclose(batched[m][b, :n], packed[m], atol=1e-5), (b, m)
+
+
+def test_sub_vocab_kl_is_the_full_kl_over_the_whole_vocabulary_and_a_lower_bound_otherwise():
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.log_softmax(torch.randn(5, 12, generator=gen), -1)
+    logits = torch.randn(5, 12, generator=gen)
+    assert torch.allclose(sub_vocab_kl(logp, logits, torch.arange(12)), full_kl(logp, logits), atol=1e-5)
+    half = torch.arange(0, 12, 2)
+    part = sub_vocab_kl(logp, logits[:, half], half)
+    # the target's mass outside the head vocabulary is left out: the draft cannot put mass there
+    outside = logp[:, 1::2].exp().sum(-1)
+    assert bool(torch.isfinite(part).all()) and bool((outside > 0).all())
+
+
+def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
+    target, draft = pair
+    gen = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(2, VOCAB, (n,), generator=gen).tolist() for n in (8, 5)]
+    roll = _rollouts(target, seqs, [3, 2])
+    head = target.get_output_embeddings().weight.detach()
+    vocab = draft.student.lm_head.vocab_ids
+    with torch.no_grad():
+        loss, per_level = online_loss(draft, head, vocab, roll, 2, [1.0, 0.5], prompt_weight=0.0)
+    # by hand, level 1: continuation rows i in [prompt_len - 1, length - 2], row i predicts x_{i+1}
+    feats = roll.features.float()
+    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+    width = roll.ids.shape[1]
+    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), 2)
+    with torch.no_grad():
+        outs = levels_forward(draft, roll.ids, chain, torch.arange(width).expand(2, width), allowed, 2)
+        kls = []
+        for m, hidden in enumerate(outs, start=1):
+            rows = [(b, i) for b, (n, pl) in enumerate(zip([8, 5], [3, 2])) for i in range(max(pl - 1, m - 1), n - 1)]
+            f = torch.stack([feats[b, i] for b, i in rows])
+            h = torch.stack([hidden[b, i] for b, i in rows])
+            logp = torch.log_softmax(f @ head.T, -1)
+            kls.append(float(sub_vocab_kl(logp, h @ head[vocab].T, vocab).mean()))
+    assert per_level == pytest.approx(kls, rel=1e-4)
+    assert float(loss) == pytest.approx((kls[0] + 0.5 * kls[1]) / 1.5, rel=1e-4)
+
+
+def test_sample_continuations_keeps_prompts_right_pads_and_cuts_after_eos():
+    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
+    prompts = [[5, 6, 7], [9], [3, 4]]
+    roll = sample_continuations(target, prompts, 12, eos_token_id=EOS, pad_token_id=0, seed=0)
+    assert roll.prompt_lens.tolist() == [3, 1, 2]
+    for b, p in enumerate(prompts):
+        n = int(roll.lengths[b])
+        row = roll.ids[b].tolist()
+        assert row[: len(p)] == p and len(p) < n <= len(p) + 12
+        cont = row[len(p): n]
+        assert EOS not in cont[:-1]  # cut after the first EOS
+        assert all(t == 0 for t in row[n:])
+    again = sample_continuations(target, prompts, 12, eos_token_id=EOS, pad_token_id=0, seed=0)
+    assert torch.equal(again.ids, roll.ids)
+    with pytest.raises(ValueError, match="prompts"):
+        sample_continuations(target, [[1], []], 4, EOS, 0, 0)
+    with pytest.raises(ValueError, match="new_tokens"):
+        sample_continuations(target, [[1]], 0, EOS, 0, 0)
+
+
+def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
+    target, draft = pair
+    run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3, warmup=2)
+    before = {k: v.clone() for k, v in draft.trainable_state().items()}
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(2, VOCAB, (4,), generator=gen).tolist() for _ in range(6)]
+    totals = train_online(target, [run], prompts, tmp_path, minutes=0.02, eos_token_id=EOS, pad_token_id=0, batch=3,
+                          rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5), log=lambda r: None)
+    assert totals["rounds"] >= 1 and run.step >= 1 and totals["sampled_tokens"] > 0
+    saved = load_file(str(tmp_path / "d.safetensors"))
+    assert set(saved) == set(before)
+    assert any(not torch.allclose(saved[k].float(), before[k].float(), atol=1e-2) for k in saved)
+    assert (tmp_path / "online_log.jsonl").read_text().count("\n") == totals["rounds"]
+
+
+def test_bad_settings_are_refused(pair, tmp_path):
+    target, draft = pair
+    with pytest.raises(ValueError, match="lr"):
+        DraftRun("d", draft, lr=0.0, inject_lr=1e-3)
+    run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3)
+    with pytest.raises(ValueError, match="at least one run"):
+        train_online(target, [run], [], tmp_path, 0.01, EOS, 0)
+    with pytest.raises(ValueError, match="positive"):
+        train_online(target, [run], [[2, 3]], tmp_path, 0.01, EOS, 0, batch=0)
+    with pytest.raises(ValueError, match="level_weights"):
+        online_loss(draft, target.get_output_embeddings().weight, draft.student.lm_head.vocab_ids,
+                    _rollouts(target, [[2, 3, 4]], [1]), 3, [1.0])
