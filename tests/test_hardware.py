@@ -233,3 +233,22 @@ def test_predicted_step_seconds_is_the_optimizer_s_denominator():
         H.predicted_step_seconds(target, draft, 4, 5)
     with pytest.raises(ValueError, match="step_overhead"):
         H.predicted_step_seconds(target, draft, 4, 2, step_overhead=-1.0)
+
+
+def test_best_at_size_is_the_optimizer_held_to_that_size():
+    profile = {1: 1.0, 2: 1.0, 4: 1.05, 8: 1.1, 16: 1.3, 32: 1.8}
+    plan = H.optimize_tree(REPO, profile, 0.05, max_size=32, max_depth=8)
+    for size in (4, 16, 32):
+        held = H.optimize_tree(REPO, {1: 1.0, size: profile[size]}, 0.05, max_size=size, max_depth=8)
+        depth, g, speedup = H.best_at_size(plan, size)
+        assert (depth, g, speedup) == pytest.approx((held.depth, held.expected_tokens, held.speedup))
+    assert H.best_at_size(plan, plan.size)[2] == pytest.approx(plan.speedup)
+    with pytest.raises(ValueError, match="size 64"):
+        H.best_at_size(plan, 64)
+
+
+def test_recorded_gpu_profiles_of_the_papers_shapes_load():
+    """The profiles measured on a GPU for 05's Tables 3-4 analogue (data/hardware/cuda_*)."""
+    for name in ("llama-2-7b", "llama-2-13b", "jackfram-68m"):
+        prof = H.load_profile(f"cuda_float16_{name}-shape.json")
+        assert prof["device_type"] == "cuda" and prof["device"] and 1 in prof["sizes"] and 1024 in prof["sizes"]

@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 from .cost_model import (
-    CHAIN_VERIFIERS, SEQUOIA_DEMO_DRAFT_COST, SEQUOIA_DEMO_PROFILE, ChainPlan, TreePlan, level_cost, normalised_times,
+    CHAIN_VERIFIERS, SEQUOIA_DEMO_DRAFT_COST, SEQUOIA_DEMO_PROFILE, ChainPlan, TreePlan, best_at_size, level_cost,
+    normalised_times,
     optimize_chain, optimize_tree, predicted_step_seconds, profile_times,
 )
 from .profiling import (
@@ -20,5 +21,5 @@ __all__ = [
     "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
     "normalised_times",
     "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
-    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds",
+    "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds", "best_at_size",
 ]

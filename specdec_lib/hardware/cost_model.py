@@ -137,6 +137,16 @@ def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, 
                     time_per_token=per_token, candidates=candidates)
 
 
+def best_at_size(plan: TreePlan, size: int) -> tuple[int, float, float]:
+    """(depth, G, predicted speedup) of the fastest depth at ``size`` among ``plan.candidates``: the
+    optimizer held to one tree size (Sequoia's Table 3 compares it with fixed sizes 128 and 256)."""
+    at = [c for c in plan.candidates if c[0] == int(size)]
+    if not at:
+        raise ValueError(f"size {size} was not scored; scored sizes: {sorted({c[0] for c in plan.candidates})}")
+    _, depth, g, speedup = max(at, key=lambda c: (c[3], -c[1]))
+    return depth, g, speedup
+
+
 def predicted_step_seconds(target_profile, draft_cost, size: int, depth: int, step_overhead: float = 0.0) -> float:
     """One speculative step of a tree of ``size`` nodes and ``depth`` levels in the profile's unit: t(size) +
     depth c (+ ``step_overhead``), the denominator of :func:`optimize_tree` before normalising by t(1)."""
