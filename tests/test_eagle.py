@@ -200,3 +200,18 @@ def test_early_exit_probe_reads_the_full_target_as_itself():
         early_exit_acceptance(model, seqs, [4])
     with pytest.raises(ValueError, match="prompt_len"):
         early_exit_acceptance(model, [(seqs[0][0], 12)], [1])
+
+
+def test_training_summary_and_loss_frame_read_both_record_kinds():
+    from specdec_lib.eagle.evaluate import online_loss_frame, training_summary
+
+    cpu = {"step": 10, "minutes": 2.0, "data": {"tokens": 1234, "minutes": 1.5}}
+    fwd = {"draft_ms": 1.0, "target_ms": 10.0, "ratio": 0.1}
+    assert "10 steps" in training_summary({"training": cpu, "forward_time": fwd})
+    assert online_loss_frame({"training": cpu}).empty
+    online = {"sampled_tokens": 5000, "minutes": 3.0, "device": "GPU X", "steps": 7, "started_from": cpu,
+              "loss_curve": [[1, 0.5, 2500, 1.0, 0.9, 1.1], [2, 1.0, 5000, 0.8, 0.7, 0.9]]}
+    text = training_summary({"training": online, "forward_time": fwd})
+    assert "GPU X" in text and "5,000" in text and "10 steps" in text
+    frame = online_loss_frame({"training": online})
+    assert sorted(frame["series"].unique()) == ["level 1", "level 2", "total"] and len(frame) == 6

@@ -38,7 +38,7 @@ from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_
 from .train import acceptance_by_depth, mean_acceptance
 
 __all__ = ["heldout_samples", "forward_times", "per_prompt_acceptance", "measure", "comparison_frame",
-           "paired_prompt_frame", "category_frame", "main"]
+           "paired_prompt_frame", "category_frame", "training_summary", "online_loss_frame", "main"]
 
 TEMPERATURES = (1.0, 0.6, 0.2)
 
@@ -161,6 +161,39 @@ def category_frame(record: dict, temperature: str = "1.0", depth: int = 1):
     return pd.DataFrame([{"category": c, "acceptance": v[temperature][depth - 1]} for c, v in by_cat.items()])
 
 
+def training_summary(record: dict) -> str:
+    """One line on how the exported feature draft was trained: CPU shards (`train`) or `online` on an
+    accelerator, with the training of the draft it started from."""
+    train, fwd = record["training"], record["forward_time"]
+    cost = f"forward {fwd['draft_ms']:.1f} ms vs target {fwd['target_ms']:.1f} ms (ratio {fwd['ratio']:.3f})"
+    if "sampled_tokens" in train:  # online
+        line = (f"feature draft: {train['minutes']:.1f} minutes of online training on {train['device']} "
+                f"({train['sampled_tokens']:,} target-sampled tokens, {train['steps']} steps)")
+        if train.get("started_from"):
+            line += ", starting from the CPU-trained draft (" + _cpu_training(train["started_from"]) + ")"
+        return f"{line}; {cost}"
+    return f"feature draft: {_cpu_training(train)}; {cost}"
+
+
+def _cpu_training(train: dict) -> str:
+    return (f"{train['step']} steps, {train['minutes']:.1f} training minutes, {train['data']['tokens']:,} target-sampled "
+            f"tokens, {train['data']['minutes']:.1f} generation minutes")
+
+
+def online_loss_frame(record: dict):
+    """The online run's loss per round (total and per training-time-test level), long format; empty for a
+    CPU-trained record."""
+    train = record["training"]
+    if "sampled_tokens" not in train:
+        return pd.DataFrame(columns=["minutes", "sampled tokens", "series", "loss"])
+    rows = []
+    for r in train["loss_curve"]:
+        _, minutes, tokens, *losses = r
+        for name, value in zip(["total"] + [f"level {m}" for m in range(1, len(losses))], losses):
+            rows.append({"minutes": minutes, "sampled tokens": tokens, "series": name, "loss": value})
+    return pd.DataFrame(rows)
+
+
 def _loss_curve(run_dir: Path) -> list:
     path = run_dir / "train_log.jsonl"
     if not path.is_file():
@@ -170,8 +203,9 @@ def _loss_curve(run_dir: Path) -> list:
             for r in rows]
 
 
-def _online_training(weights: Path) -> dict:
-    """The training record of a draft trained by `online` (its summary and its own losses per round)."""
+def _online_training(weights: Path, previous_record: Path) -> dict:
+    """The training record of a draft trained by `online` (its summary and its own losses per round), with
+    the training of the draft it started from (``previous_record``, the exported draft's record, when there)."""
     summary = json.loads((weights.parent / "online_summary.json").read_text())
     name = weights.stem
     rounds = [json.loads(line) for line in (weights.parent / "online_log.jsonl").read_text().splitlines() if line.strip()]
@@ -182,7 +216,9 @@ def _online_training(weights: Path) -> dict:
             "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
                                           "after": summary.get("acceptance_after", {}).get(name)},
             "loss_curve_columns": ["round", "minutes", "sampled tokens", "loss", "level losses..."],
-            "loss_curve": curve}
+            "loss_curve": curve,
+            "started_from": ({k: v for k, v in json.loads(previous_record.read_text())["training"].items()
+                              if k != "loss_curve"} if previous_record.is_file() else None)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
-    training = _online_training(a.weights) if a.weights is not None else {
+    training = _online_training(a.weights, EAGLE_DIR / "draft.json") if a.weights is not None else {
         **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
         "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
     record = {
