@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
 from specdec_lib.eagle.model import FeatureDraft
-from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, sample_continuations, sub_vocab_kl,
-                                     target_features, train_online)
-from specdec_lib.eagle.train import draft_levels, level_mask_of, levels_forward, pack
+from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations,
+                                     sub_vocab_kl, target_features, train_online)
+from specdec_lib.eagle.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
 
@@ -44,11 +44,8 @@ def test_batched_levels_equal_the_packed_levels_of_each_sequence(pair):
     seqs = [torch.randint(2, VOCAB, (n,), generator=gen).tolist() for n in (9, 6)]
     roll = _rollouts(target, seqs, [3, 2])
     feats = roll.features.float()
-    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
-    width = roll.ids.shape[1]
-    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), 3)
     with torch.no_grad():
-        batched = levels_forward(draft, roll.ids, chain, torch.arange(width).expand(2, width), allowed, 3)
+        batched = rollout_levels(draft, roll, 3)
         for b, s in enumerate(seqs):
             n = len(s)
             sample = FeatureSample(torch.as_tensor(s), 2, feats[b, : n - 1], torch.zeros(n - 1, 1, dtype=torch.long),
@@ -81,11 +78,8 @@ def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
         loss, per_level = online_loss(draft, head, vocab, roll, 2, [1.0, 0.5], prompt_weight=0.0)
     # by hand, level 1: continuation rows i in [prompt_len - 1, length - 2], row i predicts x_{i+1}
     feats = roll.features.float()
-    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
-    width = roll.ids.shape[1]
-    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), 2)
     with torch.no_grad():
-        outs = levels_forward(draft, roll.ids, chain, torch.arange(width).expand(2, width), allowed, 2)
+        outs = rollout_levels(draft, roll, 2)
         kls = []
         for m, hidden in enumerate(outs, start=1):
             rows = [(b, i) for b, (n, pl) in enumerate(zip([8, 5], [3, 2])) for i in range(max(pl - 1, m - 1), n - 1)]

@@ -37,11 +37,13 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..data import load_prompts
+from ..models import load_model
 from .data import FeatureSample, training_prompts
 from .model import EAGLE_DIR, FeatureDraft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
-__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "online_loss",
+__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "rollout_levels", "online_loss",
            "DraftRun", "train_online", "heldout_rollouts", "depth_acceptance", "main"]
 
 
@@ -116,6 +118,17 @@ def sub_vocab_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_id
     return (logp.exp() * (logp - logq)).sum(-1)
 
 
+def rollout_levels(draft: FeatureDraft, batch: Rollouts, levels: int) -> list[torch.Tensor]:
+    """The draft's hidden states [B, L, H] at levels 1..``levels`` over right-padded rollouts with features
+    (node (i, m) of row b reads x_i and the feature one level up at i - 1; the target's f_{i-1} at level 1)."""
+    n_rows, width = batch.ids.shape
+    feats = batch.features
+    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+    pos = torch.arange(width, device=batch.ids.device).expand(n_rows, width)
+    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), levels)
+    return levels_forward(draft, batch.ids, chain, pos, allowed, levels)
+
+
 def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch.Tensor, batch: Rollouts,
                 levels: int, level_weights: Sequence[float], prompt_weight: float = 0.2
                 ) -> tuple[torch.Tensor, list[float]]:
@@ -127,10 +140,8 @@ def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch
     n_rows, width = batch.ids.shape
     device = batch.ids.device
     feats = batch.features
-    chain = torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
     pos = torch.arange(width, device=device).expand(n_rows, width)
-    allowed, _ = level_mask_of(torch.zeros(width, dtype=torch.long), torch.arange(width), levels)
-    outs = levels_forward(draft, batch.ids, chain, pos, allowed, levels)
+    outs = rollout_levels(draft, batch, levels)
     weight = torch.where(pos >= batch.prompt_lens[:, None] - 1, 1.0, prompt_weight) * (pos < batch.lengths[:, None] - 1)
     sel = weight > 0
     with torch.no_grad(), torch.autocast(device.type, enabled=False):  # the target's rows at full precision
@@ -249,8 +260,6 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
 def heldout_rollouts(lm, per_category: int | None, new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
     """Target continuations of the held-out prompts as `FeatureSample` s for `train.acceptance_by_depth`
     (which recomputes features and rows; the stored rows are left empty)."""
-    from ..data import load_prompts
-
     prompts = [lm.encode(p.text).tolist() for p in load_prompts("heldout", per_category=per_category)]
     roll = sample_continuations(lm.model, prompts, new_tokens, lm.eos_token_id, _pad_id(lm), seed)
     out = []
@@ -287,8 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--eval-per-category", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    from ..models import load_model
-
     if str(a.device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     lm = load_model("smollm2-135m-instruct", device=a.device, dtype="float32")
