@@ -126,6 +126,16 @@ def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     assert (tmp_path / "online_log.jsonl").read_text().count("\n") == totals["rounds"]
 
 
+def test_the_buffer_keeps_the_newest_batches_within_its_token_budget():
+    from specdec_lib.eagle.online import _keep_recent
+
+    batches = [Rollouts(torch.zeros(2, n, dtype=torch.long), torch.tensor([n, n]), torch.tensor([1, 1]))
+               for n in (5, 6, 7)]
+    assert [b.ids.shape[1] for b in _keep_recent(batches, 26)] == [6, 7]   # 12 + 14 positions
+    assert [b.ids.shape[1] for b in _keep_recent(batches, 100)] == [5, 6, 7]
+    assert [b.ids.shape[1] for b in _keep_recent(batches, 1)] == [7]       # the newest always stays
+
+
 def test_bad_settings_are_refused(pair, tmp_path):
     target, draft = pair
     with pytest.raises(ValueError, match="lr"):

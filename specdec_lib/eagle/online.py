@@ -195,15 +195,17 @@ class DraftRun:
 def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Sequence[int]], out_dir: Path | str,
                  minutes: float, eos_token_id: int, pad_token_id: int, batch: int = 512, rows_per_step: int = 64,
                  new_tokens: int = 128, levels: int = 3, level_weights: Sequence[float] = (1.0, 0.6, 0.6),
-                 train_ratio: float = 1.0, buffer_batches: int = 64, save_every_s: float = 60.0, seed: int = 0,
+                 train_ratio: float = 1.0, buffer_tokens: int = 8_000_000, save_every_s: float = 60.0, seed: int = 0,
                  log=print) -> dict:
     """Alternate sampling a batch of ``batch`` prompts (cycling through ``prompts``, a new seed each
     round) and training every run on ``rows_per_step`` sequences drawn from the buffer, for
-    ``train_ratio`` times the sampling's time, until ``minutes`` pass; returns the totals."""
+    ``train_ratio`` times the sampling's time, until ``minutes`` pass; returns the totals. The buffer keeps
+    the most recent batches up to ``buffer_tokens`` padded positions (always the newest batch; ~1.2 kB of
+    GPU memory per position for a 576-wide feature)."""
     if not runs or not prompts:
         raise ValueError("train_online needs at least one run and one prompt")
-    if minutes <= 0 or batch < 1 or rows_per_step < 1 or train_ratio <= 0:
-        raise ValueError("minutes, batch, rows_per_step and train_ratio must be positive")
+    if minutes <= 0 or batch < 1 or rows_per_step < 1 or train_ratio <= 0 or buffer_tokens < 1:
+        raise ValueError("minutes, batch, rows_per_step, train_ratio and buffer_tokens must be positive")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     head = target_model.get_output_embeddings().weight.detach()
@@ -219,7 +221,7 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
         cursor = (cursor + batch) % len(prompts)
         rollouts = target_features(target_model, sample_continuations(
             target_model, chunk, new_tokens, eos_token_id, pad_token_id, seed * 1_000_003 + totals["rounds"]))
-        buffer = (buffer + [rollouts])[-buffer_batches:]
+        buffer = _keep_recent(buffer + [rollouts], buffer_tokens)
         sampled = int((rollouts.lengths - rollouts.prompt_lens).sum())
         totals["sampled_tokens"] += sampled
         totals["rounds"] += 1
@@ -257,6 +259,17 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
     return totals
 
 
+def _keep_recent(buffer: list[Rollouts], max_tokens: int) -> list[Rollouts]:
+    """The newest batches of ``buffer`` whose padded positions total at most ``max_tokens`` (at least one)."""
+    kept, total = [], 0
+    for batch in reversed(buffer):
+        total += batch.ids.numel()
+        if kept and total > max_tokens:
+            break
+        kept.append(batch)
+    return kept[::-1]
+
+
 def heldout_rollouts(lm, per_category: int | None, new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
     """Target continuations of the held-out prompts as `FeatureSample` s for `train.acceptance_by_depth`
     (which recomputes features and rows; the stored rows are left empty)."""
@@ -288,7 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--init", type=Path, default=EAGLE_DIR, help="the feature draft to start from")
     ap.add_argument("--lrs", default="3e-4:1e-3,1e-3:3e-3", help="body:inject learning rates, one run each")
-    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=512, help="prompts sampled at a time")
+    ap.add_argument("--buffer-tokens", type=int, default=8_000_000, help="padded positions kept for training")
     ap.add_argument("--rows-per-step", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--levels", type=int, default=3)
@@ -317,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [lm.encode(t).tolist() for t in training_prompts(a.seeds, seed=a.seed)]
     random.Random(a.seed).shuffle(prompts)
     totals = train_online(lm.model, runs, prompts, a.out, a.minutes, lm.eos_token_id, _pad_id(lm), a.batch,
-                          a.rows_per_step, a.new_tokens, a.levels, seed=a.seed,
+                          a.rows_per_step, a.new_tokens, a.levels, buffer_tokens=a.buffer_tokens, seed=a.seed,
                           log=lambda r: print(json.dumps(r), flush=True))
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
     summary = {"totals": totals, "acceptance_before": before, "acceptance_after": after,
