@@ -93,6 +93,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("05_sequoia", "The optimizer's predicted speedups match", "best_measured and worst < 20%, partly either",
      "equivalence"),
     ("05_sequoia", "End-to-end speedup of the optimizer's tree", "measured > 1, partly > 0.8", "threshold"),
+    ("05_sequoia", "Larger targets get smaller optimal trees",
+     "size(13B) <= size(7B) at every T and < at one, partly <= only (deterministic, recorded GPU profiles)", "exact"),
     ("05_sequoia", "The optimal acceptance is at least as high without replacement", "decide_exact(min difference)",
      "exact"),
     ("05_sequoia", "Existing verifiers (RRS) fall short of the optimal acceptance",
