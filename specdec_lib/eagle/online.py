@@ -16,7 +16,8 @@ few thousand tokens. On a GPU the target samples tens of thousands of tokens per
 
 Several drafts (e.g. learning rates) can train on the same samples. Each draft's trainable state is
 saved as ``<out>/<name>.safetensors`` (the format of `model.export_feature_draft`) with
-``<out>/online_log.jsonl``; a second run with the same ``--out`` resumes from them.
+``<out>/online_log.jsonl``; a second run with the same ``--out`` continues from the saved weights (with a
+fresh optimiser and its warm-up: the optimiser's state, twice the weights' size, is not kept).
 
 Command line (a GPU; the same code runs on a CPU at toy sizes)::
 
