@@ -700,3 +700,34 @@ def test_acceptance_by_scheme_is_positional_acceptance_per_scheme():
     assert np.allclose(out["a"], ref)
     with pytest.raises(ValueError, match="schemes"):
         T.acceptance_by_scheme(P, Q, 3, {})
+
+
+def test_two_children_without_replacement_by_prefix_sums_equal_the_enumeration():
+    """k = 2 without replacement (Sequoia / GSS): the O(V log V) form equals enumerating the rejected first
+    child, on random rows with zeros, one-hot drafts and ties, and positional_acceptance uses it."""
+    from specdec_lib.theory.acceptance import _without_replacement_exact_row, _without_replacement_two_row
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        vocab = int(rng.integers(2, 30))
+        p = rng.dirichlet(np.ones(vocab) * rng.choice([0.1, 1.0, 5.0]))
+        q = rng.dirichlet(np.ones(vocab) * rng.choice([0.1, 1.0, 5.0]))
+        if trial % 5 == 0:
+            q[rng.integers(vocab)] = 0.0
+            q /= q.sum()
+        if trial % 7 == 0:
+            p[rng.integers(vocab)] = 0.0
+            p /= p.sum()
+        if trial % 11 == 0:  # the rejected token takes all the draft's mass: uniform over the unseen ones
+            q = np.zeros(vocab)
+            q[0] = 1.0
+        if trial % 13 == 0:
+            q = p.copy()
+        np.testing.assert_allclose(_without_replacement_two_row(p, q), _without_replacement_exact_row(p, q, 2),
+                                   atol=1e-13)
+    gen = torch.Generator().manual_seed(1)
+    P = torch.softmax(3 * torch.randn(4, 50, generator=gen, dtype=torch.float64), -1)
+    Q = torch.softmax(3 * torch.randn(4, 50, generator=gen, dtype=torch.float64), -1)
+    got = T.positional_acceptance(P, Q, 2, "without_replacement", per_row=True)
+    want = np.stack([_without_replacement_exact_row(P[i].numpy(), Q[i].numpy(), 2) for i in range(4)])
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-13)
