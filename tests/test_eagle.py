@@ -215,3 +215,22 @@ def test_training_summary_and_loss_frame_read_both_record_kinds():
     assert "GPU X" in text and "5,000" in text and "10 steps" in text
     frame = online_loss_frame({"training": online})
     assert sorted(frame["series"].unique()) == ["level 1", "level 2", "total"] and len(frame) == 6
+
+
+def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_path):
+    import json
+
+    from specdec_lib.eagle.evaluate import _online_training
+
+    (tmp_path / "online_summary.json").write_text(json.dumps({
+        "totals": {"minutes": 2.0, "sampled_tokens": 900, "steps": {"d": 5, "e": 5}}, "device": "GPU X",
+        "acceptance_before": [0.3], "acceptance_after": {"d": [0.4], "e": [0.35]},
+        "init": {"directory": "x", "training": {"step": 10}}}))
+    (tmp_path / "online_log.jsonl").write_text(
+        "\n".join(json.dumps({"round": i, "minutes": i / 2, "sampled_tokens": 450 * i,
+                              "d": {"steps": 2, "loss": [1.0 / i, 0.9 / i]}, "e": {"steps": 2, "loss": None}})
+                  for i in (1, 2)) + "\n")
+    rec = _online_training(tmp_path / "d.safetensors")
+    assert rec["run"] == "d" and rec["steps"] == 5 and rec["device"] == "GPU X"
+    assert rec["started_from"] == {"step": 10} and rec["heldout_check_t1_by_depth"]["after"] == [0.4]
+    assert rec["loss_curve"] == [[1, 0.5, 450, 1.0, 0.9], [2, 1.0, 900, 0.5, 0.45]]

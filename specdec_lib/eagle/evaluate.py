@@ -203,9 +203,9 @@ def _loss_curve(run_dir: Path) -> list:
             for r in rows]
 
 
-def _online_training(weights: Path, previous_record: Path) -> dict:
+def _online_training(weights: Path) -> dict:
     """The training record of a draft trained by `online` (its summary and its own losses per round), with
-    the training of the draft it started from (``previous_record``, the exported draft's record, when there)."""
+    the training of the draft it started from (recorded by `online` in its summary)."""
     summary = json.loads((weights.parent / "online_summary.json").read_text())
     name = weights.stem
     rounds = [json.loads(line) for line in (weights.parent / "online_log.jsonl").read_text().splitlines() if line.strip()]
@@ -217,8 +217,7 @@ def _online_training(weights: Path, previous_record: Path) -> dict:
                                           "after": summary.get("acceptance_after", {}).get(name)},
             "loss_curve_columns": ["round", "minutes", "sampled tokens", "loss", "level losses..."],
             "loss_curve": curve,
-            "started_from": ({k: v for k, v in json.loads(previous_record.read_text())["training"].items()
-                              if k != "loss_curve"} if previous_record.is_file() else None)}
+            "started_from": (summary.get("init") or {}).get("training")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
-    training = _online_training(a.weights, EAGLE_DIR / "draft.json") if a.weights is not None else {
+    training = _online_training(a.weights) if a.weights is not None else {
         **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
         "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
     record = {
