@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from specdec_lib import reports, results
+from specdec_lib.report_index import wall_minutes
 
 
 def _notebook(path, body: str) -> None:
@@ -402,11 +403,21 @@ def _index_setup(tmp_path):
     (tmp_path / "status.json").write_text(json.dumps(status))
 
 
+def test_wall_minutes_spans_overlapping_runs():
+    rows = [{"status": "ok", "started": "2026-01-01T00:00:00+00:00", "duration_s": 600.0},
+            {"status": "ok", "started": "2026-01-01T00:01:00+00:00", "duration_s": 300.0},  # inside the first
+            {"status": "ok", "started": "2026-01-01T00:08:00+00:00", "duration_s": 240.0},
+            {"status": "not run", "started": "", "duration_s": None}]
+    assert wall_minutes(rows) == pytest.approx(12.0)
+    assert wall_minutes(rows[3:]) is None
+
+
 def test_index_counts_metadata_and_filter(tmp_path):
     _index_setup(tmp_path)
     text = reports.build_index(tmp_path, notebook_dir=None).read_text()
     meta = text[text.index("id='run-metadata'"):text.index("</dl>")]
     assert "default" in meta and "abcdef0123" in meta and "box: 2 CPUs" in meta and "6.0 min in all" in meta
+    assert "64.0 min of wall clock" in meta  # 00:00 to 01:00 + 4 min
     counts = text[text.index("id='paper-counts'"):]
     counts = counts[:counts.index("</table>")]
     block_row = [r for r in counts.split("<tr>") if "Block Verification" in r][0]
