@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill, render HTML reports and the index")
     rep.add_argument("--profile", default="default", choices=reports.PROFILES,
-                     help="smoke: toy models, seconds; default: the offline pair in bfloat16 on CPU (~80 min one at a time, ~47 two at a time); "
+                     help="smoke: toy models, seconds; default: the offline pair in bfloat16 on CPU (~95 min one at a time, ~48 two at a time); "
                           "full: larger runs for a GPU")
     rep.add_argument("--notebook", "-n", action="append", default=None, metavar="NAME",
                      help="run only this notebook (e.g. 04_block; repeatable); default: all")

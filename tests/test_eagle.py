@@ -213,6 +213,10 @@ def test_training_summary_and_loss_frame_read_both_record_kinds():
               "loss_curve": [[1, 0.5, 2500, 1.0, 0.9, 1.1], [2, 1.0, 5000, 0.8, 0.7, 0.9]]}
     text = training_summary({"training": online, "forward_time": fwd})
     assert "GPU X" in text and "5,000" in text and "10 steps" in text
+    # an online run that started from an online run that started from the CPU-trained draft
+    second = {**online, "sampled_tokens": 7000, "device": "GPU Y", "started_from": online}
+    text = training_summary({"training": second, "forward_time": fwd})
+    assert text.index("GPU Y") < text.index("GPU X") < text.index("10 steps") and "7,000" in text
     frame = online_loss_frame({"training": online})
     assert sorted(frame["series"].unique()) == ["level 1", "level 2", "total"] and len(frame) == 6
 

@@ -163,21 +163,21 @@ def category_frame(record: dict, temperature: str = "1.0", depth: int = 1):
 
 def training_summary(record: dict) -> str:
     """One line on how the exported feature draft was trained: CPU shards (`train`) or `online` on an
-    accelerator, with the training of the draft it started from."""
-    train, fwd = record["training"], record["forward_time"]
+    accelerator, followed by how the draft it started from was trained (online runs chain)."""
+    fwd = record["forward_time"]
     cost = f"forward {fwd['draft_ms']:.1f} ms vs target {fwd['target_ms']:.1f} ms (ratio {fwd['ratio']:.3f})"
-    if "sampled_tokens" in train:  # online
-        line = (f"feature draft: {train['minutes']:.1f} minutes of online training on {train['device']} "
-                f"({train['sampled_tokens']:,} target-sampled tokens, {train['steps']} steps)")
-        if train.get("started_from"):
-            line += ", starting from the CPU-trained draft (" + _cpu_training(train["started_from"]) + ")"
-        return f"{line}; {cost}"
-    return f"feature draft: {_cpu_training(train)}; {cost}"
+    return f"feature draft: {_training_line(record['training'])}; {cost}"
 
 
-def _cpu_training(train: dict) -> str:
-    return (f"{train['step']} steps, {train['minutes']:.1f} training minutes, {train['data']['tokens']:,} target-sampled "
-            f"tokens, {train['data']['minutes']:.1f} generation minutes")
+def _training_line(train: dict) -> str:
+    if "sampled_tokens" not in train:  # CPU shards (eagle.train)
+        return (f"{train['step']} steps, {train['minutes']:.1f} training minutes, {train['data']['tokens']:,} "
+                f"target-sampled tokens, {train['data']['minutes']:.1f} generation minutes on the CPU")
+    line = (f"{train['minutes']:.1f} minutes of online training on {train['device']} "
+            f"({train['sampled_tokens']:,} target-sampled tokens, {train['steps']} steps)")
+    if train.get("started_from"):
+        line += ", after " + _training_line(train["started_from"])
+    return line
 
 
 def online_loss_frame(record: dict):
