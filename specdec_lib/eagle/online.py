@@ -41,7 +41,8 @@ from safetensors.torch import load_file, save_file
 from ..data import load_prompts
 from ..models import load_model
 from .data import FeatureSample, training_prompts
-from .model import EAGLE_DIR, RECORD_FILE, FeatureDraft, load_feature_draft
+from ..distill.export import committed_record
+from .model import EAGLE_DIR, FeatureDraft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "rollout_levels", "online_loss",
@@ -335,12 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                           a.rows_per_step, a.new_tokens, a.levels, buffer_tokens=a.buffer_tokens, seed=a.seed,
                           log=lambda r: print(json.dumps(r), flush=True))
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
-    init_record = a.init / RECORD_FILE
-    init_training = json.loads(init_record.read_text())["training"] if init_record.is_file() else None
+    init_training = (committed_record(a.init) or {}).get("training") or {}
     summary = {"totals": totals, "acceptance_before": before, "acceptance_after": after,
                "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device),
                "init": {"directory": str(a.init),  # how the draft it started from was trained
-                        "training": {k: v for k, v in (init_training or {}).items() if k != "loss_curve"} or None}}
+                        "training": {k: v for k, v in init_training.items() if k != "loss_curve"} or None}}
     (a.out / "online_summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary), flush=True)
     return 0

@@ -87,9 +87,9 @@ def _without_replacement_two_row(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     r = r / total
     w = np.maximum(q - p, 0.0)
     rejected = np.nonzero(w > 1e-15)[0]
-    rest = q.sum() - q[rejected]  # the draft's mass left after x, as the enumeration renormalises it
     if rejected.size == 0:
         return out
+    rest = q.sum() - q[rejected]  # the draft's mass left after x, as the enumeration renormalises it
     if (rest <= 1e-15).any():
         return _without_replacement_exact_row(p, q, 2)
     with np.errstate(divide="ignore", invalid="ignore"):
