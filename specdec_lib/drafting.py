@@ -20,6 +20,10 @@ forward per level) and draws each node's children from its draft row:
   draft's support is an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh
   race at a leaf.
 
+`draw_forest(arms, root_token, draft_fn)` drafts several trees at one root in lockstep: one ``draft_fn``
+call per level serves the nodes of all of them (a real model runs max(depth) forwards, not the sum),
+while each tree keeps its own sampling scheme and generator, hence exactly its `draw_tree` draws.
+
 Every random number comes from the ``generator`` passed in (a ``torch.Generator``; None is a
 ValueError, never torch's global RNG). Leaf draft rows are left at zero ("not
 computed"); the draft is never run on the last level.
@@ -191,6 +195,27 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
     rows, race). Drafting never calls the target; score the pieces afterwards with
     ``pieces.scored_by(target_fn)`` or ``pieces.with_target(target_probs)``.
     """
+    return draw_forest([(shape_parents, sampling, generator)], root_token, draft_fn).pieces[0]
+
+
+@dataclass(frozen=True)
+class Forest:
+    """Trees drafted in lockstep at one root (`draw_forest`): each tree's `DraftPieces` and the merged
+    tree they form (``tokens`` / ``parents``: root 0 shared, then every tree's nodes by depth, tree, index;
+    ``index[a][i]``: the merged node of tree a's node i)."""
+
+    pieces: list[DraftPieces]
+    tokens: torch.Tensor
+    parents: list[int]
+    index: list[list[int]]
+
+    def scored_by(self, target_fn: TargetFn) -> list[DraftTree]:
+        """Every tree, complete: one ``target_fn`` call on the merged tree."""
+        rows = target_fn(self.tokens.clone(), list(self.parents))
+        return [p.with_target(rows[idx]) for p, idx in zip(self.pieces, self.index)]
+
+
+def _checked_shape(shape_parents: Sequence[int], sampling: str, generator: torch.Generator) -> list[int]:
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
     check_generator(generator)
@@ -199,34 +224,70 @@ def draw_tree(shape_parents: Sequence[int], root_token: int, draft_fn: DraftFn, 
     if any(a > b for a, b in zip(depths, depths[1:])):
         raise ValueError("draw_tree needs a shape in level order (node depths non-decreasing with the "
                          "index); relabel it with specdec_lib.tree.level_order(parents)")
-    n = len(parents)
-    children = parent_children(parents)
-    tokens = torch.zeros(n, dtype=torch.long)
+    return parents
+
+
+def draw_forest(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], root_token: int,
+                draft_fn: DraftFn) -> Forest:
+    """Several trees at the same root, drafted in lockstep: ``arms`` = (shape parents in level order,
+    sampling, generator) per tree. One ``draft_fn`` call per level serves the nodes of every tree (the
+    merged tree of `Forest`), so a real model runs max(depth) forwards instead of the sum.
+
+    Each tree draws its children with its own sampling scheme and generator, node by node in the order
+    `draw_tree` uses, and a row depends only on its node's path: every tree has exactly its `draw_tree`
+    law, and the same draws as `draw_tree` with the same generator (the root's row is shared)."""
+    if not arms:
+        raise ValueError("arms must hold at least one (shape parents, sampling, generator)")
+    shapes = [_checked_shape(*arm) for arm in arms]
+    depths = [parent_depths(parents) for parents in shapes]
+    children = [parent_children(parents) for parents in shapes]
+    order = sorted((d[i], a, i) for a, d in enumerate(depths) for i in range(1, len(d)))
+    index = [[0] * len(parents) for parents in shapes]
+    for pos, (_, a, i) in enumerate(order, start=1):
+        index[a][i] = pos
+    merged_parents = [-1] + [index[a][shapes[a][i]] for _, a, i in order]
+    merged_depths = [0] + [d for d, _, _ in order]
+    tokens = torch.zeros(len(merged_parents), dtype=torch.long)
     tokens[0] = int(root_token)
-    draft_probs: torch.Tensor | None = None
-    race: torch.Tensor | None = None
-    for level in range(max(depths)):
-        nodes = [i for i in range(n) if depths[i] == level and children[i]]
-        known = sum(1 for d in depths if d <= level)  # level order: nodes 0..known-1 are drawn
-        rows = draft_fn(tokens[:known].clone(), parents[:known], nodes)
-        _check_rows(rows, nodes, None if draft_probs is None else draft_probs.shape[1])
-        if draft_probs is None:
-            draft_probs = torch.zeros(n, rows.shape[1], dtype=rows.dtype)
-            if sampling == "race":  # leaf rows stay 1.0: ERSS draws a fresh race at a leaf
-                race = torch.ones(n, rows.shape[1], dtype=torch.float64)
-        for node, row in zip(nodes, rows):
-            kids = children[node]
-            toks, _ = draw_children(row, len(kids), sampling, generator, node,
-                                    race_out=race[node] if race is not None else None)
-            tokens[kids] = toks
-            draft_probs[node] = row
-    if draft_probs is None:  # a root-only tree: one draft call, only to learn the vocabulary
-        rows = draft_fn(tokens.clone(), list(parents), [0])
-        _check_rows(rows, [0], None)
-        draft_probs = rows.clone()
-        if sampling == "race":
-            race = torch.ones(n, rows.shape[1], dtype=torch.float64)
-    return DraftPieces(tokens, torch.tensor(parents, dtype=torch.long), draft_probs, sampling, race)
+    arm_tokens = [torch.zeros(len(parents), dtype=torch.long) for parents in shapes]
+    for t in arm_tokens:
+        t[0] = int(root_token)
+    draft_probs: list[torch.Tensor | None] = [None] * len(shapes)
+    race: list[torch.Tensor | None] = [None] * len(shapes)
+    root_row = None
+    for level in range(max(merged_depths)):
+        wanted = [(a, i) for a in range(len(shapes)) for i in range(len(shapes[a]))
+                  if depths[a][i] == level and children[a][i]]
+        nodes = sorted({index[a][i] for a, i in wanted})
+        known = sum(1 for d in merged_depths if d <= level)  # level order: nodes 0..known-1 are drawn
+        rows = draft_fn(tokens[:known].clone(), merged_parents[:known], nodes)
+        _check_rows(rows, nodes, root_row.shape[0] if root_row is not None else None)
+        row_of = dict(zip(nodes, rows))
+        if level == 0:
+            root_row = rows[0]
+        for a, i in wanted:  # per tree, in draw_tree's node order
+            row, kids = row_of[index[a][i]], children[a][i]
+            if draft_probs[a] is None:
+                draft_probs[a] = torch.zeros(len(shapes[a]), rows.shape[1], dtype=rows.dtype)
+                if arms[a][1] == "race":  # leaf rows stay 1.0: ERSS draws a fresh race at a leaf
+                    race[a] = torch.ones(len(shapes[a]), rows.shape[1], dtype=torch.float64)
+            toks, _ = draw_children(row, len(kids), arms[a][1], arms[a][2], i,
+                                    race_out=race[a][i] if race[a] is not None else None)
+            arm_tokens[a][kids] = toks
+            tokens[[index[a][k] for k in kids]] = toks
+            draft_probs[a][i] = row
+    for a in range(len(shapes)):
+        if draft_probs[a] is None:  # a root-only tree: its row only tells the vocabulary
+            if root_row is None:
+                root_row = draft_fn(tokens[:1].clone(), [-1], [0])
+                _check_rows(root_row, [0], None)
+                root_row = root_row[0]
+            draft_probs[a] = root_row.unsqueeze(0).clone()
+            if arms[a][1] == "race":
+                race[a] = torch.ones(1, root_row.shape[0], dtype=torch.float64)
+    pieces = [DraftPieces(arm_tokens[a], torch.tensor(shapes[a], dtype=torch.long), draft_probs[a], arms[a][1], race[a])
+              for a in range(len(shapes))]
+    return Forest(pieces, tokens, merged_parents, index)
 
 
 def paths(tokens: torch.Tensor, parents: Sequence[int], prefix: Sequence[int] = ()) -> list[tuple[int, ...]]:

@@ -31,7 +31,34 @@ def check_sampling_args(temperature: float, top_p: float) -> None:
 
 def top_p_mask(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Bool mask ``[..., V]`` of the tokens kept by nucleus filtering of ``probs`` (Sequoia §2.0):
-    a token is kept iff the probability of the tokens sorted strictly before it is below ``top_p``."""
+    a token is kept iff the probability of the tokens sorted strictly before it is below ``top_p``
+    (sorted by decreasing probability, ties by increasing token id).
+
+    Only the head of the order is needed: the most probable ``k`` tokens (`torch.topk`, k doubled until
+    the nucleus ends inside them) give the number kept and the smallest kept probability; every token
+    above it is kept and, among the tokens equal to it, the lowest ids fill the count. The same mask as
+    a full stable sort (`_top_p_mask_by_sort`, the reference in the tests), several times faster on
+    ~50k-token rows."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    vocab = flat.shape[-1]
+    k = min(vocab, 256)
+    while True:
+        head = torch.topk(flat, k, dim=-1, sorted=True).values
+        before = torch.cumsum(head, dim=-1) - head
+        kept = (before < top_p).sum(dim=-1).clamp(min=1)  # the most likely token is always kept
+        if k == vocab or bool((kept < k).all()):
+            break
+        k = min(vocab, 4 * k)
+    smallest = head.gather(-1, (kept - 1).unsqueeze(-1))
+    above = flat > smallest
+    ties = flat == smallest
+    need = (kept - above.sum(dim=-1)).unsqueeze(-1)
+    mask = above | (ties & (torch.cumsum(ties.to(torch.int64), dim=-1) <= need))
+    return mask.reshape(probs.shape)
+
+
+def _top_p_mask_by_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`top_p_mask` by a full stable sort: the definition, kept as the tests' reference."""
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
     keep_sorted = before < top_p

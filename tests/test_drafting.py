@@ -1,5 +1,5 @@
-"""`drafting.draw_tree` / `draw_children`: the law of each sampling mode, one draft call per level,
-seeded reproducibility and clear errors (docs/methods/sequoia.md §2.5 / §3.1, docs/methods/erss.md §2.6)."""
+"""`drafting.draw_tree` / `draw_forest` / `draw_children`: the law of each sampling mode, one draft call
+per level (for a whole forest), seeded reproducibility and clear errors (docs/methods/sequoia.md §2.5 / §3.1, docs/methods/erss.md §2.6)."""
 
 from collections import Counter
 
@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from specdec_lib.drafting import (
-    DraftPieces, context_draft_fn, context_target_fn, draw_children, draw_tree,
+    DraftPieces, context_draft_fn, context_target_fn, draw_children, draw_forest, draw_tree,
 )
 from specdec_lib.exact import enumerate_drafts
 from specdec_lib.models.synthetic import random_markov_pair
@@ -179,3 +179,40 @@ def test_draw_tree_errors():
         draw_tree([-1, 0], 0, lambda t, p, n: torch.tensor([[1.5, -0.5]]), "iid", gen)
     with pytest.raises(ValueError, match="must start with -1"):
         draw_tree([0, 0], 0, fn, "iid", gen)
+
+
+def test_a_forest_drafts_each_tree_as_draw_tree_does_with_one_draft_call_per_level():
+    """Trees drafted in lockstep get exactly `draw_tree`'s draws with the same generators, the draft runs
+    once per level of the deepest tree, and one target call on the merged tree scores them all."""
+    target, draft = random_markov_pair(6, 0.5, seed=3, eos=False)
+    prefix = (2, 4)
+    shapes = [("parents:-1,0,0,1,1,2,3,3", "iid"), ("chain:5", "race"), ("kary:2x3", "without_replacement"),
+              ("parents:-1", "race"), ("batch:3x1", "topk")]
+    arms = [(parse_shape(s), sampling, torch.Generator().manual_seed(10 + a)) for a, (s, sampling) in enumerate(shapes)]
+    rec = _Recorder(draft, prefix)
+    forest = draw_forest(arms, prefix[-1], rec)
+    assert len(rec.calls) == 5  # chain:5 has five levels to draft; the others ride along
+    trees = forest.scored_by(context_target_fn(target.probs, prefix))
+    fn = context_draft_fn(draft.probs, prefix)
+    for a, (parents, sampling, _) in enumerate(arms):
+        alone = draw_tree(parents, prefix[-1], fn, sampling, torch.Generator().manual_seed(10 + a))
+        tree = trees[a]
+        assert torch.equal(tree.tokens, alone.tokens) and tree.parent_list == list(parents)
+        assert torch.allclose(tree.draft_probs, alone.draft_probs)
+        assert (alone.race is None) == (tree.race is None)
+        if alone.race is not None:
+            assert torch.equal(tree.race, alone.race)
+        exact = context_target_fn(target.probs, prefix)(alone.tokens, list(parents))
+        assert torch.allclose(tree.target_probs, exact)
+    assert forest.parents[0] == -1 and len(forest.parents) == 1 + sum(len(p) - 1 for p, _, _ in arms)
+
+
+def test_forest_errors():
+    _, draft = random_markov_pair(4, 0.5, seed=0, eos=False)
+    fn = context_draft_fn(draft.probs, (0,))
+    with pytest.raises(ValueError, match="at least one"):
+        draw_forest([], 0, fn)
+    with pytest.raises(ValueError, match="unknown sampling mode"):
+        draw_forest([([-1, 0], "iid", torch.Generator()), ([-1, 0], "greedy", torch.Generator())], 0, fn)
+    with pytest.raises(ValueError, match="generator"):
+        draw_forest([([-1, 0], "iid", None)], 0, fn)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specdec_lib import experiments as E, verdicts as V
-from specdec_lib.experiments.shared_contexts import _hf_arm_trees, _target_text, paired_tokens_at_shared_contexts
+from specdec_lib.experiments.shared_contexts import _hf_forest_trees, _target_text, paired_tokens_at_shared_contexts
 from specdec_lib.decoding import resolve_shape
 from specdec_lib.exact import enumerate_drafts
 from specdec_lib.models import LanguageModel
@@ -51,7 +51,7 @@ def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
     with torch.no_grad():
         p_rows = process_logits(tiny_pair.target.logits(ids).double(), T, top_p, apply_top_p=True)
         q_rows = process_logits(tiny_pair.draft.logits(ids).double(), T, top_p, apply_top_p=False)
-    trees = list(_hf_arm_trees(tiny_pair, prompt, text, parents, sampling, T, top_p, gen))
+    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], T, top_p)]
     assert len(trees) == len(text)
     for j, tree in enumerate(trees):
         at = len(prompt.ids) - 1 + j
@@ -142,7 +142,8 @@ def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
     for prompt in prompts:
         s = _prompt_seed(2, prompt)
         text = _target_text(tiny_pair, prompt, 5, 0.8, 0.9, s, torch.Generator().manual_seed(s))
-        for tree in _hf_arm_trees(tiny_pair, prompt, text, [-1, 0], "iid", 0.8, 0.9, torch.Generator().manual_seed(0)):
+        for (tree,) in _hf_forest_trees(tiny_pair, prompt, text, [([-1, 0], "iid", torch.Generator().manual_seed(0))],
+                                        0.8, 0.9):
             roots_p.append(tree.target_probs[0].double())
             roots_q.append(tree.draft_probs[0].double())
     assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)
@@ -186,3 +187,44 @@ def _prompt_text(pair, prompt, contexts, seed=4):
 
     s = _prompt_seed(seed, prompt)
     return _target_text(pair, prompt, contexts, 1.0, 1.0, s, torch.Generator().manual_seed(s))
+
+
+def test_an_arm_drafts_the_same_trees_alone_and_in_lockstep_with_others(tiny_pair):
+    """Arms are drafted in lockstep (one draft forward per level for all of them), each with its own
+    generator: an arm's trees, and so its expected tokens, are those it gets when drafted alone."""
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    arms = {"race": ("batch:3x2", "race"), "deep": ("chain:4", "iid"), "kary": ("kary:2x3", "without_replacement")}
+    together = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, 0.9, ["token", "erss"], contexts=4, seed=1,
+                                                progress=False, verifiers_by_arm={"deep": ["token"], "kary": ["token"]})
+    for name, arm in arms.items():
+        alone = paired_tokens_at_shared_contexts(tiny_pair, prompts, {name: arm}, 0.9,
+                                                 ["token", "erss"] if name == "race" else ["token"], contexts=4, seed=1,
+                                                 progress=False)
+        mine = together[together["arm"] == name]
+        merged = mine.merge(alone, on=["prompt_id", "step", "view", "verifier"], suffixes=("_f", "_a"))
+        assert len(merged) == len(mine) == len(alone) > 0
+        assert (merged["nodes_f"] == merged["nodes_a"]).all()
+        assert torch.allclose(torch.tensor(merged["expected_tokens_f"].to_numpy()),
+                              torch.tensor(merged["expected_tokens_a"].to_numpy()), atol=1e-5), name
+
+
+def test_views_and_verifiers_per_arm(tiny_pair):
+    prompts = [_prompt([3, 9, 4], "writing-01")]
+    arms = {"chain": ("chain:3", "iid"), "star": ("batch:3x1", "race")}
+    frame = paired_tokens_at_shared_contexts(
+        tiny_pair, prompts, arms, 1.0, ["token"], contexts=3, progress=False,
+        views_by_arm={"chain": {1: lambda t: E.truncate_chain(t, 1), 3: lambda t: t}},
+        verifiers_by_arm={"star": ["token", "erss"]})
+    assert set(frame.query("arm == 'chain'")["view"]) == {1, 3} and set(frame.query("arm == 'star'")["view"]) == {"tree"}
+    assert set(frame.query("arm == 'chain'")["verifier"]) == {"token"}
+    assert set(frame.query("arm == 'star'")["verifier"]) == {"token", "erss"}
+    for argument in ("views_by_arm", "verifiers_by_arm"):
+        with pytest.raises(ValueError, match=f"{argument} names arms that are not drafted: \\['nope'\\]"):
+            paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
+                                             **{argument: {"nope": ["token"]}})
+    with pytest.raises(ValueError, match=r"verifiers_by_arm\['star'\] must be a list"):
+        paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
+                                         verifiers_by_arm={"star": "erss"})
+    with pytest.raises(ValueError, match=r"views_by_arm\['star'\] must be a mapping"):
+        paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
+                                         views_by_arm={"star": [lambda t: t]})

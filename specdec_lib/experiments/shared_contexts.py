@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from ..decoding import autoregressive_generate, paired_sessions, resolve_shape
-from ..drafting import draw_tree
+from ..drafting import draw_forest
 from ..exact import sample_tree
 from ..progress import tqdm
 from ..sampling import process_logits
@@ -48,6 +48,19 @@ def _check_arms(arms: Mapping[str, tuple[Any, str]], temperature: float) -> dict
     return out
 
 
+def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, Any], default, kind: type) -> dict:
+    """``given[arm]`` (as a ``kind``: dict of views or list of verifiers) for the arms it names, ``default``
+    for the others; ValueError for an arm that is not drafted or a value that is not a collection."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(arms))
+    if unknown:
+        raise ValueError(f"{argument} names arms that are not drafted: {unknown}; arms: {sorted(arms)}")
+    for name, value in given.items():
+        if isinstance(value, str) or not isinstance(value, (Mapping if kind is dict else Sequence)):
+            raise ValueError(f"{argument}[{name!r}] must be a {'mapping' if kind is dict else 'list'}, got {value!r}")
+    return {name: (kind(given[name]) if name in given else default) for name in arms}
+
+
 def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: float, top_p: float, seed: int,
                  generator: torch.Generator) -> list[int]:
     """The target's own sample of ``contexts`` tokens after the prompt (fewer when it stops at EOS)."""
@@ -63,22 +76,24 @@ def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: floa
     return list(out.tokens)
 
 
-def _toy_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[int], sampling: str,
-                   temperature: float, top_p: float, generator: torch.Generator) -> Iterable[DraftTree]:
+def _toy_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
+                      temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
+    """Every arm's tree at each position of ``text`` (toy pairs: exact contexts, one arm after another)."""
     target, draft = _toy_models(pair, temperature, top_p)
-    cache: dict = {}
+    caches: list[dict] = [{} for _ in arms]
     base = prompt.ids.tolist()
     for j in range(len(text)):
         context = base + text[:j]
-        if sampling == "race":
-            yield _toy_race_tree(target, draft, context, parents, generator)
-        else:
-            yield sample_tree(target, draft, context, parents, sampling, generator,
-                              cache=cache if pair.context_free else None)
+        yield [_toy_race_tree(target, draft, context, parents, generator) if sampling == "race" else
+               sample_tree(target, draft, context, parents, sampling, generator,
+                           cache=cache if pair.context_free else None)
+               for (parents, sampling, generator), cache in zip(arms, caches)]
 
 
-def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[int], sampling: str,
-                  temperature: float, top_p: float, generator: torch.Generator) -> Iterable[DraftTree]:
+def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
+                     temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
+    """Every arm's tree at each position of ``text``, drafted in lockstep (`drafting.draw_forest`: one
+    draft forward per level for all arms, one target forward for all trees)."""
     tsess, dsess = paired_sessions(pair.target, pair.draft, prompt.ids.tolist())
 
     def draft_fn(tokens, parents_so_far, nodes):
@@ -90,11 +105,11 @@ def _hf_arm_trees(pair: Pair, prompt: PromptIds, text: list[int], parents: list[
                               apply_top_p=True).cpu()
 
     for token in text:
-        tree = draw_tree(parents, tsess.fixed[-1], draft_fn, sampling, generator).scored_by(target_fn)
-        yield tree
+        forest = draw_forest(arms, tsess.fixed[-1], draft_fn)
+        yield forest.scored_by(target_fn)
         # advance both sessions by the target's own token: no drafted node is accepted
         tsess.commit([], token)
-        dsess.commit([], token, tree.tokens, tree.parents)
+        dsess.commit([], token, forest.tokens, forest.parents)
 
 
 def rows_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 1.0, top_p: float = 1.0,
@@ -137,7 +152,9 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      top_p: float = 1.0, contexts: int = 16, seed: int = 0, column: str = "arm",
                                      labels: Mapping[str, Any] | None = None,
                                      views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
-                                     progress: bool = True) -> pd.DataFrame:
+                                     progress: bool = True,
+                                     views_by_arm: Mapping[str, Mapping[str, Callable[[DraftTree], DraftTree]]] | None = None,
+                                     verifiers_by_arm: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -147,28 +164,37 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     arm, so `verdicts.GainCheck(..., column=column, pair_on="tree")` pairs arms per context), the arm's name
     in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns. ``views``: as in
     `paired_expected_tokens` (e.g. nested sub-shapes of each tree; default: the tree itself, view "tree").
-    The target's text depends only on the prompt and ``seed``, so separate calls with the same prompts and
-    seed (e.g. one per arm, with views of their own) also share their contexts.
+    ``views_by_arm`` / ``verifiers_by_arm``: arm name -> the views / verifiers of that arm (replacing
+    ``views`` / ``verifiers`` for it), e.g. nested sub-shapes that differ per arm. The target's text depends
+    only on the prompt and ``seed``, so separate calls with the same prompts and seed share their contexts.
+
+    The arms are drafted in lockstep (`drafting.draw_forest`): at each context one draft forward per level
+    serves every arm's tree and one target forward scores them all. Each arm keeps its own sampling and
+    generator (seeded by the prompt and the arm's name), so an arm's trees have the law, and the draws, of
+    drafting it alone: adding an arm changes no other arm's trees (up to the rounding of batched forwards).
     """
     arms_ = _check_arms(arms, temperature)
     if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
         raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
     if column in ("prompt_id", "category", "step", "view", "verifier", "expected_tokens"):
         raise ValueError(f"column {column!r} would overwrite a column of the frame; choose another name")
+    views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, dict)
+    verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers, list)
     frames = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
         iterator = tqdm(list(prompts), desc=f"{len(arms_)} arms at shared contexts T={temperature}", leave=False)
-    trees_of = _toy_arm_trees if pair.kind == "toy" else _hf_arm_trees
+    forest_trees = _toy_forest_trees if pair.kind == "toy" else _hf_forest_trees
     for prompt in iterator:
         prompt_seed = _prompt_seed(seed, prompt)
         text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
-        for name, (parents, sampling) in arms_.items():
-            generator = torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003)
-            for j, tree in enumerate(trees_of(pair, prompt, text, parents, sampling, temperature, top_p, generator)):
+        drafted = [(parents, sampling, torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003))
+                   for name, (parents, sampling) in arms_.items()]
+        for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, temperature, top_p)):
+            for name, tree in zip(arms_, trees):
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample")
-                frames.append(paired_expected_tokens([record], verifiers, views,
+                frames.append(paired_expected_tokens([record], verifiers_of[name], views_of[name],
                                                      labels={**dict(labels or {}), column: name}))
     if not frames:
         raise ValueError("no contexts collected (every target sample was empty)")
