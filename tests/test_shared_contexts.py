@@ -51,7 +51,7 @@ def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
     with torch.no_grad():
         p_rows = process_logits(tiny_pair.target.logits(ids).double(), T, top_p, apply_top_p=True)
         q_rows = process_logits(tiny_pair.draft.logits(ids).double(), T, top_p, apply_top_p=False)
-    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], [len(text)], T, top_p)]
+    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], T, top_p)]
     assert len(trees) == len(text)
     for j, tree in enumerate(trees):
         at = len(prompt.ids) - 1 + j
@@ -143,7 +143,7 @@ def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
         s = _prompt_seed(2, prompt)
         text = _target_text(tiny_pair, prompt, 5, 0.8, 0.9, s, torch.Generator().manual_seed(s))
         for (tree,) in _hf_forest_trees(tiny_pair, prompt, text, [([-1, 0], "iid", torch.Generator().manual_seed(0))],
-                                        [len(text)], 0.8, 0.9):
+                                        0.8, 0.9):
             roots_p.append(tree.target_probs[0].double())
             roots_q.append(tree.draft_probs[0].double())
     assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)
@@ -228,27 +228,3 @@ def test_views_and_verifiers_per_arm(tiny_pair):
     with pytest.raises(ValueError, match=r"views_by_arm\['star'\] must be a mapping"):
         paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
                                          views_by_arm={"star": [lambda t: t]})
-
-
-def test_an_arm_with_more_contexts_pairs_with_the_others_on_their_positions(tiny_pair):
-    """``contexts_by_arm``: an arm drafted at more positions of the same target text; on the common positions
-    it has the trees it gets when every arm has that many contexts (same text, same generator)."""
-    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
-    arms = {"long": ("chain:3", "race"), "short": ("batch:2x2", "race")}
-    mixed = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, 1.0, ["token", "erss"], contexts=3, seed=2,
-                                             progress=False, contexts_by_arm={"long": 6})
-    assert mixed.groupby("arm")["step"].max().to_dict() == {"long": 5, "short": 2}
-    equal = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, 1.0, ["token", "erss"], contexts=6, seed=2,
-                                             progress=False)
-    keys = ["arm", "prompt_id", "step", "view", "verifier"]
-    merged = mixed.merge(equal, on=keys, suffixes=("_m", "_e"))
-    assert len(merged) == len(mixed)
-    assert torch.allclose(torch.tensor(merged["expected_tokens_m"].to_numpy()),
-                          torch.tensor(merged["expected_tokens_e"].to_numpy()), atol=1e-5)
-    for bad in (0, 2.5, True):
-        with pytest.raises(ValueError, match=r"contexts_by_arm\['long'\] must be an int >= 1"):
-            paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
-                                             contexts_by_arm={"long": bad})
-    with pytest.raises(ValueError, match="contexts_by_arm names arms that are not drafted"):
-        paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
-                                         contexts_by_arm={"nope": 3})

@@ -49,30 +49,17 @@ def _check_arms(arms: Mapping[str, tuple[Any, str]], temperature: float) -> dict
     return out
 
 
-def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, Any], default,
-             convert: Callable[[str, Any], Any]) -> dict:
-    """``convert(arm, given[arm])`` for the arms ``given`` names, ``default`` for the others; ValueError
-    naming ``argument`` for an arm that is not drafted (``convert`` raises for a bad value)."""
+def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, Any], default, kind: type) -> dict:
+    """``given[arm]`` (as a ``kind``: dict of views or list of verifiers) for the arms it names, ``default``
+    for the others; ValueError for an arm that is not drafted or a value that is not a collection."""
     given = dict(given or {})
     unknown = sorted(set(given) - set(arms))
     if unknown:
         raise ValueError(f"{argument} names arms that are not drafted: {unknown}; arms: {sorted(arms)}")
-    return {name: (convert(name, given[name]) if name in given else default) for name in arms}
-
-
-def _collection(argument: str, kind: type) -> Callable[[str, Any], Any]:
-    """A `_per_arm` converter to ``kind`` (dict: views, list: verifiers), refusing strings and scalars."""
-    def convert(name: str, value):
-        if isinstance(value, str) or not isinstance(value, Mapping if kind is dict else Sequence):
+    for name, value in given.items():
+        if isinstance(value, str) or not isinstance(value, (Mapping if kind is dict else Sequence)):
             raise ValueError(f"{argument}[{name!r}] must be a {'mapping' if kind is dict else 'list'}, got {value!r}")
-        return kind(value)
-    return convert
-
-
-def _count(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"contexts_by_arm[{name!r}] must be an int >= 1, got {value!r}")
-    return value
+    return {name: (kind(given[name]) if name in given else default) for name in arms}
 
 
 def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: float, top_p: float, seed: int,
@@ -91,25 +78,23 @@ def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: floa
 
 
 def _toy_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
-                      lengths: list[int], temperature: float, top_p: float) -> Iterable[list[DraftTree | None]]:
-    """Every arm's tree at each position of ``text`` (None past the arm's ``lengths``; toy pairs: exact
-    contexts, one arm after another)."""
+                      temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
+    """Every arm's tree at each position of ``text`` (toy pairs: exact contexts, one arm after another)."""
     target, draft = _toy_models(pair, temperature, top_p)
     caches: list[dict] = [{} for _ in arms]
     base = prompt.ids.tolist()
     for j in range(len(text)):
         context = base + text[:j]
-        yield [None if j >= length else
-               _toy_race_tree(target, draft, context, parents, generator) if sampling == "race" else
+        yield [_toy_race_tree(target, draft, context, parents, generator) if sampling == "race" else
                sample_tree(target, draft, context, parents, sampling, generator,
                            cache=cache if pair.context_free else None)
-               for (parents, sampling, generator), cache, length in zip(arms, caches, lengths)]
+               for (parents, sampling, generator), cache in zip(arms, caches)]
 
 
 def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
-                     lengths: list[int], temperature: float, top_p: float) -> Iterable[list[DraftTree | None]]:
-    """Every arm's tree at each position of ``text`` (None past the arm's ``lengths``), the arms drafted in
-    lockstep (`drafting.draw_forest`: one draft forward per level for all of them, one target forward)."""
+                     temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
+    """Every arm's tree at each position of ``text``, drafted in lockstep (`drafting.draw_forest`: one
+    draft forward per level for all arms, one target forward for all trees)."""
     tsess, dsess = paired_sessions(pair.target, pair.draft, prompt.ids.tolist())
 
     def draft_fn(tokens, parents_so_far, nodes):
@@ -120,13 +105,9 @@ def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[
         return process_logits(tsess.tree_logits(tokens, parents_so_far), temperature, top_p,
                               apply_top_p=True).cpu()
 
-    for j, token in enumerate(text):
-        active = [a for a, length in enumerate(lengths) if j < length]
-        forest = draw_forest([arms[a] for a in active], tsess.fixed[-1], draft_fn)
-        trees: list[DraftTree | None] = [None] * len(arms)
-        for a, tree in zip(active, forest.scored_by(target_fn)):
-            trees[a] = tree
-        yield trees
+    for token in text:
+        forest = draw_forest(arms, tsess.fixed[-1], draft_fn)
+        yield forest.scored_by(target_fn)
         # advance both sessions by the target's own token: no drafted node is accepted
         tsess.commit([], token)
         dsess.commit([], token, forest.tokens, forest.parents)
@@ -174,8 +155,7 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
                                      progress: bool = True,
                                      views_by_arm: Mapping[str, Mapping[str, Callable[[DraftTree], DraftTree]]] | None = None,
-                                     verifiers_by_arm: Mapping[str, Sequence[str]] | None = None,
-                                     contexts_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
+                                     verifiers_by_arm: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -185,11 +165,10 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     arm, so `verdicts.GainCheck(..., column=column, pair_on="tree")` pairs arms per context), the arm's name
     in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns. ``views``: as in
     `paired_expected_tokens` (e.g. nested sub-shapes of each tree; default: the tree itself, view "tree").
-    ``views_by_arm`` / ``verifiers_by_arm`` / ``contexts_by_arm``: arm name -> the views / verifiers / number
-    of contexts of that arm (replacing ``views`` / ``verifiers`` / ``contexts`` for it), e.g. nested sub-shapes
-    that differ per arm, or more contexts for an arm with more drafting noise. The target's text depends only
-    on the prompt and ``seed`` (a longer text extends a shorter one), so arms with different numbers of
-    contexts, and separate calls with the same prompts and seed, share their common positions.
+    ``views_by_arm`` / ``verifiers_by_arm``: arm name -> the views / verifiers of that arm (replacing
+    ``views`` / ``verifiers`` for it), e.g. nested sub-shapes that differ per arm. The target's text depends
+    only on the prompt and ``seed`` (a longer text extends a shorter one), so separate calls with the same
+    prompts and seed share their common positions.
 
     The arms are drafted in lockstep (`drafting.draw_forest`): at each context one draft forward per level
     serves every arm's tree and one target forward scores them all. Each arm keeps its own sampling and
@@ -201,9 +180,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
     if column in ("prompt_id", "category", "step", "view", "verifier", "expected_tokens"):
         raise ValueError(f"column {column!r} would overwrite a column of the frame; choose another name")
-    views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, _collection("views_by_arm", dict))
-    verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers, _collection("verifiers_by_arm", list))
-    lengths = list(_per_arm("contexts_by_arm", contexts_by_arm, arms_, contexts, _count).values())
+    views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, dict)
+    verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers, list)
     frames = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
@@ -211,14 +189,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     forest_trees = _toy_forest_trees if pair.kind == "toy" else _hf_forest_trees
     for prompt in iterator:
         prompt_seed = _prompt_seed(seed, prompt)
-        text = _target_text(pair, prompt, max(lengths), temperature, top_p, prompt_seed,
+        text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
         drafted = [(parents, sampling, torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003))
                    for name, (parents, sampling) in arms_.items()]
-        for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, lengths, temperature, top_p)):
+        for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, temperature, top_p)):
             for name, tree in zip(arms_, trees):
-                if tree is None:
-                    continue
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample")
                 frames.append(paired_expected_tokens([record], verifiers_of[name], views_of[name],
                                                      labels={**dict(labels or {}), column: name}))
