@@ -34,7 +34,7 @@ def top_p_mask(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     a token is kept iff the probability of the tokens sorted strictly before it is below ``top_p``
     (sorted by decreasing probability, ties by increasing token id).
 
-    Only the head of the order is needed: the most probable ``k`` tokens (`torch.topk`, k doubled until
+    Only the head of the order is needed: the most probable ``k`` tokens (`torch.topk`, k quadrupled until
     the nucleus ends inside them) give the number kept and the smallest kept probability; every token
     above it is kept and, among the tokens equal to it, the lowest ids fill the count. The same mask as
     a full stable sort (`_top_p_mask_by_sort`, the reference in the tests), several times faster on
