@@ -126,6 +126,23 @@ def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     assert (tmp_path / "online_log.jsonl").read_text().count("\n") == totals["rounds"]
 
 
+def test_a_bfloat16_sampler_chooses_the_contexts_while_the_float32_target_gives_the_features(pair, tmp_path):
+    import copy
+
+    target, draft = pair
+    sampler = copy.deepcopy(target).to(torch.bfloat16)
+    run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3, warmup=2)
+    prompts = [[2, 3, 4, 5], [6, 7, 8, 9], [3, 5, 7, 9]]
+    calls, generate = [], sampler.generate
+    sampler.generate = lambda *a, **k: calls.append(1) or generate(*a, **k)
+    seen = []
+    totals = train_online(target, [run], prompts, tmp_path, minutes=0.02, eos_token_id=EOS, pad_token_id=0, batch=3,
+                          rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5), sampler=sampler,
+                          log=seen.append)
+    assert totals["rounds"] >= 1 and run.step >= 1 and len(calls) == totals["rounds"] == len(seen)
+    assert next(target.parameters()).dtype == torch.float32  # the target itself is untouched
+
+
 def test_the_buffer_keeps_the_newest_batches_within_its_token_budget():
     from specdec_lib.eagle.online import _keep_recent
 

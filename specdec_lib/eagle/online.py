@@ -27,6 +27,7 @@ Command line (a GPU; the same code runs on a CPU at toy sizes)::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -198,12 +199,14 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
                  minutes: float, eos_token_id: int, pad_token_id: int, batch: int = 512, rows_per_step: int = 64,
                  new_tokens: int = 128, levels: int = 3, level_weights: Sequence[float] = (1.0, 0.6, 0.6),
                  train_ratio: float = 1.0, buffer_tokens: int = 8_000_000, save_every_s: float = 60.0, seed: int = 0,
-                 log=print) -> dict:
+                 sampler=None, log=print) -> dict:
     """Alternate sampling a batch of ``batch`` prompts (cycling through ``prompts``, a new seed each
     round) and training every run on ``rows_per_step`` sequences drawn from the buffer, for
     ``train_ratio`` times the sampling's time, until ``minutes`` pass; returns the totals. The buffer keeps
     the most recent batches up to ``buffer_tokens`` padded positions (always the newest batch; ~1.2 kB of
-    GPU memory per position for a 576-wide feature)."""
+    GPU memory per position for a 576-wide feature). ``sampler`` (default: ``target_model``) samples the
+    continuations, e.g. a bfloat16 copy of the target: it only chooses the contexts, while the features and
+    the rows trained against always come from ``target_model``."""
     if not runs or not prompts:
         raise ValueError("train_online needs at least one run and one prompt")
     if minutes <= 0 or batch < 1 or rows_per_step < 1 or train_ratio <= 0 or buffer_tokens < 1:
@@ -222,7 +225,8 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
         chunk = [prompts[(cursor + i) % len(prompts)] for i in range(batch)]
         cursor = (cursor + batch) % len(prompts)
         rollouts = target_features(target_model, sample_continuations(
-            target_model, chunk, new_tokens, eos_token_id, pad_token_id, seed * 1_000_003 + totals["rounds"]))
+            target_model if sampler is None else sampler, chunk, new_tokens, eos_token_id, pad_token_id,
+            seed * 1_000_003 + totals["rounds"]))
         buffer = _keep_recent(buffer + [rollouts], buffer_tokens)
         sampled = int((rollouts.lengths - rollouts.prompt_lens).sum())
         totals["sampled_tokens"] += sampled
@@ -311,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=8000, help="self-made instructions beside the training prompts")
     ap.add_argument("--eval-per-category", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="dtype of the target's copy that samples the contexts (features and rows stay float32)")
     a = ap.parse_args(argv)
     if str(a.device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -332,12 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "eval_s": round(time.time() - t0, 1)}), flush=True)
     prompts = [lm.encode(t).tolist() for t in training_prompts(a.seeds, seed=a.seed)]
     random.Random(a.seed).shuffle(prompts)
+    sampler = None if a.sample_dtype == "float32" else copy.deepcopy(lm.model).to(getattr(torch, a.sample_dtype))
     totals = train_online(lm.model, runs, prompts, a.out, a.minutes, lm.eos_token_id, _pad_id(lm), a.batch,
                           a.rows_per_step, a.new_tokens, a.levels, buffer_tokens=a.buffer_tokens, seed=a.seed,
-                          log=lambda r: print(json.dumps(r), flush=True))
+                          sampler=sampler, log=lambda r: print(json.dumps(r), flush=True))
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
     init_training = (committed_record(a.init) or {}).get("training") or {}
-    summary = {"totals": totals, "acceptance_before": before, "acceptance_after": after,
+    summary = {"totals": totals, "sample_dtype": a.sample_dtype, "acceptance_before": before, "acceptance_after": after,
                "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device),
                "init": {"directory": str(a.init),  # how the draft it started from was trained
                         "training": {k: v for k, v in init_training.items() if k != "loss_curve"} or None}}
