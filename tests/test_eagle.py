@@ -236,5 +236,6 @@ def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_
                   for i in (1, 2)) + "\n")
     rec = _online_training(tmp_path / "d.safetensors")
     assert rec["run"] == "d" and rec["steps"] == 5 and rec["device"] == "GPU X"
+    assert rec["sampling_dtype"] == "float32"  # summaries written before --sample-dtype existed
     assert rec["started_from"] == {"step": 10} and rec["heldout_check_t1_by_depth"]["after"] == [0.4]
     assert rec["loss_curve"] == [[1, 0.5, 450, 1.0, 0.9], [2, 1.0, 900, 0.5, 0.45]]

@@ -212,6 +212,7 @@ def _online_training(weights: Path) -> dict:
     curve = [[r["round"], r["minutes"], r["sampled_tokens"]] + (r[name]["loss"] or []) for r in rounds if name in r]
     return {"method": "specdec_lib.eagle.online (target sampling at T = 1 and training in one process)",
             "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
+            "sampling_dtype": summary.get("sample_dtype", "float32"),
             "sampled_tokens": summary["totals"]["sampled_tokens"], "steps": summary["totals"]["steps"].get(name),
             "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
                                           "after": summary.get("acceptance_after", {}).get(name)},
