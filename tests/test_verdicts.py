@@ -358,6 +358,35 @@ def test_model_gap_check_resamples_the_model_with_the_measurement():
         check.evaluate(_model_gap_frame(0.0).assign(p1=np.nan))
 
 
+def test_a_model_close_to_the_measurement_is_an_equivalence_on_the_resampled_gap():
+    predict = lambda v: 1 + v.sum()
+    close = V.ModelGapCheck("close", predict, ["p1", "p2"], direction="=", margin=0.10)
+    inside = close.evaluate(_model_gap_frame(0.04))
+    assert inside.verdict == "reproduced" and inside.rule == "equivalence" and abs(inside.estimate - 0.04) < 1e-12
+    assert close.evaluate(_model_gap_frame(-0.12)).verdict == "not reproduced"  # 12% below: outside the margin
+    # noisy values around a 9% gap: the point is inside the margin, the CI leaves it
+    noisy = _model_gap_frame(0.09)
+    noisy["expected_tokens"] *= 1 + np.random.default_rng(1).normal(0, 0.08, size=len(noisy))
+    assert close.evaluate(noisy).verdict == "partly"
+    # several cells, each with its own prediction: the every rule over them
+    two = pd.concat([_model_gap_frame(0.04), _model_gap_frame(0.02).assign(method="B",
+                     expected_tokens=lambda f: (2 + f["p1"]) * 1.02)], ignore_index=True)
+    cells = [V.ModelGapCheck("A", predict, ["p1", "p2"], {"method": "A"}, direction="=", margin=0.1),
+             V.ModelGapCheck("B", lambda v: 2 + v[0], ["p1", "p2"], {"method": "B"}, direction="=", margin=0.1)]
+    both = V.AllOfCheck("both close", cells).evaluate(two)
+    assert both.verdict == "reproduced" and both.rule == "every" and "2/2 cells" in both.detail
+    cells[1] = V.ModelGapCheck("B", lambda v: 2.5 + v[0], ["p1", "p2"], {"method": "B"}, direction="=", margin=0.1)
+    assert V.AllOfCheck("one far", cells).evaluate(two).verdict == "not reproduced"
+    with pytest.raises(ValueError, match="margin"):
+        V.ModelGapCheck("no margin", predict, ["p1"], direction="=")
+    with pytest.raises(ValueError, match="margin"):
+        V.ModelGapCheck("margin without '='", predict, ["p1"], margin=0.1)
+    with pytest.raises(ValueError, match="direction"):
+        V.ModelGapCheck("bad", predict, ["p1"], direction=">=")
+    with pytest.raises(ValueError, match="cells"):
+        V.AllOfCheck("none", []).evaluate(two)
+
+
 def test_cells_significantly_above_holds_the_family_wise_rate_where_a_per_cell_rule_flips():
     """96 cells where A and B truly tie: Holm's family-wise test flags some cell in about 5% of runs,
     the per-cell "more than 2 SE above" rule in most runs (the flip 05's Figure 3 claim showed)."""

@@ -41,7 +41,7 @@ stored frames, seed stability, claim rows), `catalogue` (notebook claim -> rule,
 from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
-from .checks import (SEED_DEPENDENT, STABLE_MARK, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, TrendCheck,
+from .checks import (SEED_DEPENDENT, STABLE_MARK, AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, TrendCheck,
                      bootstrap_indices, checked_claim, cluster_of, evaluate, first_level_decision,
                      paired_difference, paired_sums, seed_stability, to_claim)
 from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
@@ -51,7 +51,7 @@ from .rules import MIN_EFFECT, PARTLY, RULES, Rule
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
            "cluster_of", "paired_sums",
-           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "IdentityCheck", "ModelGapCheck",
+           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "IdentityCheck", "ModelGapCheck",
            "first_level_decision",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES"]

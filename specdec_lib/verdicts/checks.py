@@ -189,7 +189,9 @@ class ModelGapCheck:
     sequence drafted there) and the per-context vectors in ``vector_columns`` (e.g. p1..pK of
     `experiments.index_law_at_rows` at the same context). ``predict`` maps the mean vector to the model's
     value (e.g. the 0th-order G of the sequence). The bootstrap resamples prompts and recomputes both the
-    mean and the prediction, so the model's own estimation error is inside the CI."""
+    mean and the prediction, so the model's own estimation error is inside the CI. ``direction`` ">" / "<"
+    applies the superiority rule to the gap; "=" the equivalence rule with ``margin`` (a claim that the
+    model is close to the measurement: reproduced when the gap's CI lies inside +-margin)."""
 
     claim: str
     predict: Callable[[np.ndarray], float]
@@ -198,6 +200,13 @@ class ModelGapCheck:
     value: str = "expected_tokens"
     direction: str = ">"
     min_effect: float = MIN_EFFECT["superiority"]
+    margin: float | None = None
+
+    def __post_init__(self):
+        if self.direction not in (">", "<", "="):
+            raise ValueError(f"direction must be '>', '<' or '=', got {self.direction!r}")
+        if (self.direction == "=") != (self.margin is not None) or (self.margin is not None and not self.margin > 0):
+            raise ValueError(f"margin must be a number > 0 exactly when direction is '=', got {self.margin!r}")
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
         frame = _filter(frame, self.where)
@@ -220,10 +229,27 @@ class ModelGapCheck:
             lo, hi = _ci(np.array([gap(rows) for rows in bootstrap_indices(len(n), n_boot, seed)]), len(n))
         else:
             lo = hi = float("nan")
-        d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
+        if self.direction == "=":
+            d = decide_equivalence(est, lo, hi, self.margin)
+        else:
+            d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
         measured = sums[:, 0].sum() / n.sum()
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
                         f"{d.detail}; measured {measured:.4f} vs model {measured / (1 + est):.4f}", d.power)
+
+
+@dataclass
+class AllOfCheck:
+    """Several cell checks, each with its own ``where`` (and e.g. its own prediction), decided together by
+    the 'every' rule: `EveryCheck` for cells that differ in more than the rows they select."""
+
+    claim: str
+    cells: Sequence[Any]
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        if not self.cells:
+            raise ValueError("cells must hold at least one check")
+        return decide_every([cell.evaluate(frame, seed, n_boot) for cell in self.cells])
 
 
 @dataclass
@@ -390,7 +416,8 @@ STABLE_MARK = "same verdict under bootstrap seeds"
 
 def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
                   n_boot: int = 2000, ours: str | None = None, notes: str = "") -> Claim:
-    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, IdentityCheck or ModelGapCheck) under each bootstrap seed
+    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck or ModelGapCheck) under each
+    bootstrap seed
     and record the first seed's decision as a claim. Its notes name the rule and say whether every seed
     gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
     the CI end sits within Monte-Carlo error of the null or the margin)."""
