@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="execute notebooks with papermill, render HTML reports and the index")
     rep.add_argument("--profile", default="default", choices=reports.PROFILES,
-                     help="smoke: toy models, seconds; default: the offline pair in bfloat16 on CPU (~95 min one at a time, ~48 two at a time); "
+                     help="smoke: toy models, seconds; default: the offline pair in bfloat16 on CPU (~86 min one at a time, ~43 two at a time); "
                           "full: larger runs for a GPU")
     rep.add_argument("--notebook", "-n", action="append", default=None, metavar="NAME",
                      help="run only this notebook (e.g. 04_block; repeatable); default: all")
@@ -179,10 +179,15 @@ def _reproduce(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=reports_dir,
-                             results_dir=results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
-                             log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish,
-                             jobs=args.jobs)
+    try:
+        runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=reports_dir,
+                                 results_dir=results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
+                                 log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish,
+                                 jobs=args.jobs)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the notebooks still running were stopped and published nothing; the finished ones "
+              f"are in {reports_dir} (see status.json)", file=sys.stderr)
+        return 130
     failed = [r.notebook for r in runs if r.status != "ok"]
     print(f"index: {Path(reports_dir) / 'index.html'}")
     if failed:

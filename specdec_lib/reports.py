@@ -23,6 +23,11 @@ into place only when the notebook succeeded, so a failing notebook never overwri
 its rows in the index are marked ``failed`` and link to the failed output. The staging folder is removed
 however the run ends (an error, Ctrl-C).
 
+Stopping: Ctrl-C (SIGINT) or SIGTERM to `reproduce` stops the whole run, parallel workers included: no
+further notebook starts, the running ones are interrupted (their kernels shut down, their staging folders
+removed, nothing of them published), the index is rebuilt from what was published before, and
+KeyboardInterrupt propagates (the command line exits with 130).
+
 Published results: ``reports/`` and ``data/results/`` hold the reports of the notebooks' own settings.
 A run with overridden parameters (``parameters=`` / ``-p``) writes to ``reports/custom/`` and
 ``data/results/custom/`` instead (``reports/smoke/custom/`` ... for smoke), and neither such a run nor a
@@ -48,6 +53,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import tempfile
 import time
 import traceback
@@ -408,35 +414,86 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
         bar = tqdm(names, desc=f"notebooks ({profile})", unit="nb", disable=not progress)
     except ImportError:  # tqdm is a dependency; keep the runner usable without it anyway
         bar = names
-    for name in bar:
-        if hasattr(bar, "set_postfix_str"):
-            bar.set_postfix_str(name)
-        run = run_notebook(name, profile, per_notebook[name], reports, results_dir, notebook_dir,
-                           progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout,
-                           publish=publish)
-        runs.append(run)
-        print(f"[{run.status:>6}] {name} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
-              flush=True)
-    build_index(reports, notebook_dir)
+    try:
+        with _sigterm_interrupts():
+            for name in bar:
+                if hasattr(bar, "set_postfix_str"):
+                    bar.set_postfix_str(name)
+                run = run_notebook(name, profile, per_notebook[name], reports, results_dir, notebook_dir,
+                                   progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout,
+                                   publish=publish)
+                runs.append(run)
+                print(f"[{run.status:>6}] {name} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
+                      flush=True)
+    finally:  # an interrupted run still indexes what it published
+        build_index(reports, notebook_dir)
     return runs
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does) while the block runs, so the same clean-up runs."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_STOP = None  # a worker's view of the parallel run's stop event (`_worker_init`)
+
+
+def _worker_init(stop) -> None:
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _worker_run(name: str, *args) -> NotebookRun | None:
+    """`run_notebook` in a worker, or None without running once the run has been stopped."""
+    if _STOP is not None and _STOP.is_set():
+        return None
+    return run_notebook(name, *args)
 
 
 def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook: Mapping[str, Any], reports: Path,
                         results_dir: Path, notebook_dir: Path | str, log_output: bool, execution_timeout: int | None,
                         publish: bool) -> list[NotebookRun]:
-    """`reproduce` with ``jobs`` worker processes (spawned: each sets its own environment for its kernel)."""
+    """`reproduce` with ``jobs`` worker processes (spawned: each sets its own environment for its kernel).
+    On Ctrl-C or SIGTERM: the stop event keeps queued notebooks from starting, the workers are sent
+    SIGTERM (a KeyboardInterrupt there: the running notebooks clean up), and the interrupt propagates."""
     reports.mkdir(parents=True, exist_ok=True)
     order = _longest_first(list(names), reports)
     runs: dict[str, NotebookRun] = {}
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(run_notebook, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
-                               False, log_output, execution_timeout, publish): name for name in order}
-        for future in concurrent.futures.as_completed(futures):
-            run = future.result()
-            runs[run.notebook] = run
-            print(f"[{run.status:>6}] {run.notebook} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
-                  flush=True)
+    stop = context.Event()
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                                                  initargs=(stop,))
+    futures: dict[concurrent.futures.Future, str] = {}
+    try:
+        with _sigterm_interrupts():
+            for name in order:
+                futures[pool.submit(_worker_run, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
+                                    False, log_output, execution_timeout, publish)] = name
+            for future in concurrent.futures.as_completed(futures):
+                run = future.result()
+                runs[run.notebook] = run
+                print(f"[{run.status:>6}] {run.notebook} ({run.duration_s:.1f} s)"
+                      + (f": {run.error}" if run.error else ""), flush=True)
+    except BaseException:  # Ctrl-C, SIGTERM, or a broken pool: stop every worker, then let it propagate
+        stop.set()
+        for future in futures:
+            future.cancel()
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        build_index(reports, notebook_dir)
+        raise
+    pool.shutdown(wait=True)
     build_index(reports, notebook_dir)
     return [runs[name] for name in names]
 

@@ -540,3 +540,63 @@ def test_a_kernel_that_dies_before_starting_is_started_again_and_nothing_else_is
     with pytest.raises(RuntimeError, match="cell failed"):
         reports._execute(FlakyPapermill(1, "cell failed"), "in.ipynb", "out.ipynb")
     assert len(calls) == 1
+
+
+SLEEPER = """
+import os, pathlib, time
+pathlib.Path({marker!r}).write_text(str(os.getpid()))
+for _ in range(1200):
+    time.sleep(0.1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"  # a zombie is not running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_reproduce_stops_every_worker_and_kernel_and_publishes_nothing(tmp_path, signum):
+    """Issue #13: SIGINT / SIGTERM to a two-job `reproduce` used to mark the killed kernels failed and start the
+    next notebooks. Now: exit code 130 within seconds, no queued notebook starts, every kernel is gone, no
+    staging folder is left and the last good report is untouched."""
+    import signal
+    import sys
+    import time
+
+    nbdir, rep, res = tmp_path / "nb", tmp_path / "reports", tmp_path / "results"
+    nbdir.mkdir()
+    rep.mkdir()
+    (rep / "01_a.html").write_text("the last good report")
+    markers = {name: tmp_path / f"started_{name}" for name in ("01_a", "02_b", "03_c")}
+    for name, marker in markers.items():
+        _notebook(nbdir / f"{name}.ipynb", SLEEPER.format(marker=str(marker)))
+    proc = subprocess.Popen([sys.executable, "-m", "specdec_lib", "reproduce", "--profile", "smoke", "--jobs", "2",
+                             "--notebook-dir", str(nbdir), "--reports-dir", str(rep), "--results-dir", str(res),
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while sum(m.exists() for m in markers.values()) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    started = [m for m in markers.values() if m.exists()]
+    assert len(started) == 2, proc.communicate(timeout=5)
+    kernels = [int(m.read_text()) for m in started]
+    proc.send_signal(getattr(signal, signum))
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("reproduce did not stop within 60 s of the signal")
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    time.sleep(1.0)
+    assert sum(m.exists() for m in markers.values()) == 2  # the third notebook never started
+    assert not any(_alive(pid) for pid in kernels)
+    assert not list(rep.glob(".stage-*"))
+    assert (rep / "01_a.html").read_text() == "the last good report"
+    assert not (res / "01_a").exists() and (rep / "index.html").exists()
