@@ -579,7 +579,10 @@ def test_a_signal_to_reproduce_stops_every_worker_and_kernel_and_publishes_nothi
         _notebook(nbdir / f"{name}.ipynb", SLEEPER.format(marker=str(marker)))
     proc = subprocess.Popen([sys.executable, "-m", "specdec_lib", "reproduce", "--profile", "smoke", "--jobs", "2",
                              "--notebook-dir", str(nbdir), "--reports-dir", str(rep), "--results-dir", str(res),
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a shell's background job (CI, `make test &`) starts with SIGINT ignored: undo that,
+                            # as a terminal's Ctrl-C would find it
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while sum(m.exists() for m in markers.values()) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
