@@ -228,3 +228,14 @@ def test_views_and_verifiers_per_arm(tiny_pair):
     with pytest.raises(ValueError, match=r"views_by_arm\['star'\] must be a mapping"):
         paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
                                          views_by_arm={"star": [lambda t: t]})
+
+
+def test_matched_rows_index_names_each_row_s_prompt_and_step(tiny_pair):
+    """``matched_rows(with_index=True)`` names every row's context, so a CI can resample the prompts of the rows."""
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    P, Q = E.matched_rows(tiny_pair, prompts, 1.0, max_new_tokens=5, seed=2, progress=False)
+    P2, Q2, index = E.matched_rows(tiny_pair, prompts, 1.0, max_new_tokens=5, seed=2, progress=False, with_index=True)
+    assert torch.equal(P, P2) and torch.equal(Q, Q2) and len(index) == P.shape[0]
+    assert list(index.columns) == ["prompt_id", "category", "step"]
+    for pid, part in index.groupby("prompt_id"):
+        assert part["step"].tolist() == list(range(len(part)))

@@ -411,3 +411,30 @@ def test_cells_significantly_above_flags_a_real_excess_and_exact_cells():
             V.cells_significantly_above(*bad)
     with pytest.raises(ValueError, match="alpha"):
         V.cells_significantly_above([0.1], [0.1], alpha=1.5)
+
+
+def test_a_statistic_of_resampled_vectors_is_contrasted_between_two_cells():
+    rng = np.random.default_rng(0)
+    rows = []
+    for prompt in range(12):
+        for cell, centre in (("cold", 0.6), ("hot", 0.4)):
+            for step in range(4):
+                p1 = centre + rng.normal(0, 0.05)
+                rows.append({"prompt_id": f"qa-{prompt:02d}", "temperature": cell, "p1": p1, "p2": 0.1})
+    frame = pd.DataFrame(rows)
+    first = lambda v: v[0]
+    check = V.VectorStatisticCheck("colder accepts more", first, ["p1", "p2"], "temperature", "cold", "hot",
+                                   min_effect=0.05)
+    d = check.evaluate(frame)
+    means = frame.groupby("temperature")["p1"].mean()
+    assert d.verdict == "reproduced" and d.rule == "trend"
+    assert abs(d.estimate - (means["cold"] - means["hot"])) < 1e-12 and d.ci_low > 0.1
+    flipped = V.VectorStatisticCheck("hotter accepts more", first, ["p1", "p2"], "temperature", "hot", "cold")
+    assert flipped.evaluate(frame).verdict == "not reproduced"
+    # an integer statistic (a DP depth, say) that does not move is not a trend
+    flat = V.VectorStatisticCheck("same depth", lambda v: 3, ["p1", "p2"], "temperature", "cold", "hot", min_effect=1.0)
+    assert flat.evaluate(frame).verdict == "not reproduced"
+    with pytest.raises(ValueError, match="lacks the columns"):
+        check.evaluate(frame.drop(columns="p2"))
+    with pytest.raises(ValueError, match="no rows"):
+        V.VectorStatisticCheck("x", first, ["p1"], "temperature", "cold", "warm").evaluate(frame)

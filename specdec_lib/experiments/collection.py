@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+import pandas as pd
 import torch
 
 from ..decoding import autoregressive_generate, resolve_shape, speculative_generate
@@ -229,17 +230,17 @@ def teacher_forced_rows(pair: Pair, prompt_ids: Sequence[int], text: Sequence[in
 
 
 def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 32, seed: int = 0, progress: bool = True
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 max_new_tokens: int = 32, seed: int = 0, progress: bool = True, with_index: bool = False):
     """Matched (target, draft) next-token distributions at target-sampled contexts: ``(P [M, V], Q [M, V])``
     float64, one row per generated position (the context = prompt + the target's own sample so far).
 
     This is what acceptance statistics are measured on (Sequoia's positional acceptance, ERSS's index
     distribution r): the text comes from `autoregressive_generate` (toy pairs: sampled from the toy
     target), then one teacher-forced forward of each model scores every position. Rows follow
-    `sampling.process_logits` (top-p on the target only).
+    `sampling.process_logits` (top-p on the target only). ``with_index=True`` also returns a DataFrame
+    (prompt_id, category, step) naming each row's context, for CIs that resample prompts: ``(P, Q, index)``.
     """
-    P, Q = [], []
+    P, Q, index = [], [], []
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
         iterator = tqdm(list(iterator), desc=f"matched rows T={temperature}", leave=False)
@@ -248,6 +249,7 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
         if pair.kind == "toy":
             target, draft = _toy_models(pair, temperature, top_p)
             context = prompt.ids.tolist()
+            index += [{"prompt_id": prompt.id, "category": prompt.category, "step": j} for j in range(max_new_tokens)]
             for _ in range(max_new_tokens):
                 p = target.probs(tuple(context)).to(torch.float64)
                 P.append(p)
@@ -261,9 +263,11 @@ def matched_rows(pair: Pair, prompts: Sequence[PromptIds], temperature: float = 
         if len(out.tokens) == 0:
             continue
         p_rows, q_rows = teacher_forced_rows(pair, prompt.ids.tolist(), list(out.tokens), temperature, top_p)
+        index += [{"prompt_id": prompt.id, "category": prompt.category, "step": j} for j in range(len(out.tokens))]
         P.append(p_rows)
         Q.append(q_rows)
-    return joined_rows(P, Q, pair.kind)
+    rows = joined_rows(P, Q, pair.kind)
+    return (*rows, pd.DataFrame(index, columns=["prompt_id", "category", "step"])) if with_index else rows
 
 
 class NoRowsError(ValueError):
