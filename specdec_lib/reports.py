@@ -474,21 +474,17 @@ def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook:
     stop = context.Event()
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
                                                   initargs=(stop,))
-    futures: dict[concurrent.futures.Future, str] = {}
     try:
         with _sigterm_interrupts():
-            for name in order:
-                futures[pool.submit(_worker_run, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
-                                    False, log_output, execution_timeout, publish)] = name
+            futures = [pool.submit(_worker_run, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
+                                   False, log_output, execution_timeout, publish) for name in order]
             for future in concurrent.futures.as_completed(futures):
                 run = future.result()
                 runs[run.notebook] = run
                 print(f"[{run.status:>6}] {run.notebook} ({run.duration_s:.1f} s)"
                       + (f": {run.error}" if run.error else ""), flush=True)
     except BaseException:  # Ctrl-C, SIGTERM, or a broken pool: stop every worker, then let it propagate
-        stop.set()
-        for future in futures:
-            future.cancel()
+        stop.set()  # notebooks already handed to a worker's queue return at once (`_worker_run`)
         for worker in multiprocessing.active_children():
             worker.terminate()
         pool.shutdown(wait=True, cancel_futures=True)

@@ -88,6 +88,26 @@ def _ci(values: np.ndarray, n_clusters: int) -> tuple[float, float]:
     return percentile_interval(values, n_clusters)
 
 
+def _cluster_sums(frame, columns: Sequence[str], clusters: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt cluster of ``clusters`` (in that order): the sums of ``columns`` [C, len(columns)] and the row
+    counts [C] of ``frame`` (0 for a cluster without rows)."""
+    grouped = frame[list(columns)].groupby(frame["prompt_id"].map(cluster_of))
+    return (grouped.sum().reindex(clusters, fill_value=0.0).to_numpy(),
+            grouped.size().reindex(clusters, fill_value=0).to_numpy())
+
+
+def _resampled(statistic: Callable[[np.ndarray], float], n_clusters: int, n_boot: int, seed: int
+               ) -> tuple[float, float, float, int]:
+    """``statistic`` of every cluster and its 95% CI over resampled clusters (`bootstrap_indices`, `_ci`);
+    resamples where it is NaN are left out. Returns (estimate, low, high, resamples used)."""
+    estimate = statistic(np.arange(n_clusters))
+    boot = np.array([statistic(rows) for rows in bootstrap_indices(n_clusters, n_boot, seed)])
+    boot = boot[~np.isnan(boot)]
+    if n_clusters < 2 or not len(boot):
+        return estimate, float("nan"), float("nan"), len(boot)
+    return estimate, *_ci(boot, n_clusters), len(boot)
+
+
 def _gain_table(sums, by: Sequence[str], clusters: Sequence[str], relative: bool):
     """Per group: the a/b arrays aligned on ``clusters`` (missing clusters contribute 0)."""
     out = {}
@@ -216,19 +236,13 @@ class ModelGapCheck:
             raise ValueError(f"frame lacks the columns {missing}")
         if frame.empty or frame[cols].isna().any().any():
             raise ValueError("frame must hold complete rows (a value and every vector column) for at least one context")
-        per_cluster = frame.assign(_cluster=frame["prompt_id"].map(cluster_of)).groupby("_cluster")
-        sums, n = per_cluster[cols].sum().to_numpy(), per_cluster.size().to_numpy()
+        sums, n = _cluster_sums(frame, cols, sorted(frame["prompt_id"].map(cluster_of).unique()))
 
         def gap(rows):
             total, count = sums[rows].sum(0), n[rows].sum()
             return (total[0] / count) / float(self.predict(total[1:] / count)) - 1.0
 
-        everything = np.arange(len(n))
-        est = gap(everything)
-        if len(n) >= 2:
-            lo, hi = _ci(np.array([gap(rows) for rows in bootstrap_indices(len(n), n_boot, seed)]), len(n))
-        else:
-            lo = hi = float("nan")
+        est, lo, hi, _ = _resampled(gap, len(n), n_boot, seed)
         if self.direction == "=":
             d = decide_equivalence(est, lo, hi, self.margin)
         else:
@@ -275,16 +289,13 @@ class VectorStatisticCheck:
         missing = [c for c in [*self.vector_columns, self.cell, "prompt_id"] if c not in frame.columns]
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
-        clusters = frame["prompt_id"].map(cluster_of)
-        names = sorted(clusters.unique())
+        names = sorted(frame["prompt_id"].map(cluster_of).unique())
         sums, counts = {}, {}
         for value in (self.first, self.last):
-            part = frame[self.cell] == value
-            if not part.any():
+            part = frame[frame[self.cell] == value]
+            if part.empty:
                 raise ValueError(f"no rows with {self.cell} == {value!r}")
-            grouped = frame.loc[part, list(self.vector_columns)].groupby(clusters[part])
-            sums[value] = grouped.sum().reindex(names, fill_value=0.0).to_numpy()
-            counts[value] = grouped.size().reindex(names, fill_value=0).to_numpy()
+            sums[value], counts[value] = _cluster_sums(part, self.vector_columns, names)
 
         def contrast(rows):
             if any(counts[v][rows].sum() == 0 for v in (self.first, self.last)):
@@ -292,13 +303,10 @@ class VectorStatisticCheck:
             mean = {v: sums[v][rows].sum(0) / counts[v][rows].sum() for v in (self.first, self.last)}
             return float(self.statistic(mean[self.first])) - float(self.statistic(mean[self.last]))
 
-        est = contrast(np.arange(len(names)))
-        boot = np.array([contrast(rows) for rows in bootstrap_indices(len(names), n_boot, seed)])
-        boot = boot[~np.isnan(boot)]
-        lo, hi = _ci(boot, len(names)) if len(names) >= 2 and len(boot) else (float("nan"), float("nan"))
+        est, lo, hi, used = _resampled(contrast, len(names), n_boot, seed)
         d = decide_trend(est, lo, hi, 0, "increasing", self.min_effect)
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
-                        f"{d.detail}; {self.cell} {self.first!r} minus {self.last!r}, {len(boot)} resamples", d.power)
+                        f"{d.detail}; {self.cell} {self.first!r} minus {self.last!r}, {used} resamples", d.power)
 
 
 @dataclass
