@@ -222,6 +222,29 @@ def test_step_seconds_pool_the_shared_work_and_keep_each_verifiers_own_cost():
         E.step_seconds_shared_work(pd.DataFrame(rows).assign(shape=["chain:8"] * 5 + ["chain:4"]), ["token", "block"])
 
 
+def test_interleaved_timing_runs_every_arm_on_each_prompt_back_to_back_in_a_rotated_order(tiny_llama):
+    pair = E.Pair(tiny_llama(64), tiny_llama(64, name="tiny-draft"), "hf", "tiny")  # the same weights
+    prompts = [E.PromptIds(f"p{k}", "c", torch.tensor([1, 2 + k, 3])) for k in range(3)]
+    arms = {"autoregressive": None, "chain": ("token", "chain:2", "iid"), "tree": ("token", "binary:2", "iid")}
+    rows = E.interleaved_timing(pair, prompts, arms, max_new_tokens=5, seed=2, progress=False)
+    assert len(rows) == 9 and set(rows["arm"]) == set(arms)
+    # arm k of the round starts prompt k: no arm always runs first
+    first = rows[rows["order"] == 0].set_index("prompt_id")["arm"]
+    assert list(first) == ["autoregressive", "chain", "tree"]
+    assert list(rows["prompt_id"]) == ["p0"] * 3 + ["p1"] * 3 + ["p2"] * 3  # each prompt's arms back to back
+    assert (rows["tokens"] == 5).all() and (rows["seconds"] > 0).all()
+    assert set(rows.loc[rows["arm"] == "autoregressive", "verifier"]) == {"autoregressive"}
+    # a draft identical to the target accepts every drafted token: 3 tokens per step on a 2-token chain
+    chain = rows[rows["arm"] == "chain"]
+    assert (chain["steps"] == 2).all()
+    with pytest.raises(ValueError, match="arms"):
+        E.interleaved_timing(pair, prompts, {}, progress=False)
+    with pytest.raises(ValueError, match=r"arms\['bad'\]"):
+        E.interleaved_timing(pair, prompts, {"bad": ("token", "chain:2")}, progress=False)
+    with pytest.raises(ValueError, match="real model pair"):
+        E.interleaved_timing(E.toy_pair(), prompts, arms, progress=False)
+
+
 def test_kseq_rejection_from_rows_is_the_mean_over_drawn_stars():
     """SpecTr's exact per-context rejection (drafts integrated out) equals the mean of the exact rejection of
     drawn i.i.d. stars (`star_rejection_from_rows`), and 1 - sum min(p, q) at k = 1 (the maximal coupling)."""

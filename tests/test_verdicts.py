@@ -387,6 +387,60 @@ def test_a_model_close_to_the_measurement_is_an_equivalence_on_the_resampled_gap
         V.AllOfCheck("none", []).evaluate(two)
 
 
+def _timing_frame(speedup: float, noise: float = 0.0, prompts: int = 10, seed: int = 0):
+    """Interleaved timing rows: per prompt, arm 'base' takes ~2 s and arm 'fast' ~2/speedup s for 32 tokens
+    (30 for one prompt, as after an EOS); ``noise`` multiplies each run's seconds by 1 + N(0, noise)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(prompts):
+        tokens = 30 if k == 0 else 32
+        base = 2.0 * (1 + 0.3 * rng.random())  # prompts differ in speed; the arms of a prompt share it
+        for arm, seconds in [("base", base), ("fast", base / speedup)]:
+            rows.append({"prompt_id": f"p{k}", "arm": arm, "tokens": tokens,
+                         "seconds": seconds * (1 + rng.normal(0, noise))})
+    return pd.DataFrame(rows)
+
+
+def test_a_wall_clock_speedup_is_pooled_tokens_over_pooled_seconds_paired_by_prompt():
+    frame = _timing_frame(1.5, noise=0.02)
+    faster = V.SpeedupCheck("faster", "fast", "base")
+    d = faster.evaluate(frame)
+    rate = frame.groupby("arm")["tokens"].sum() / frame.groupby("arm")["seconds"].sum()
+    assert d.estimate == pytest.approx(rate["fast"] / rate["base"] - 1, abs=1e-12)  # pooled, not a mean of ratios
+    assert d.verdict == "reproduced" and d.rule == "superiority" and d.ci_low > 0.4
+    assert V.SpeedupCheck("slower", "base", "fast").evaluate(frame).verdict == "not reproduced"
+    # against a model's prediction: the equivalence rule on measured / predicted - 1
+    assert V.SpeedupCheck("model", "fast", "base", predicted=1.45, direction="=", margin=0.2).evaluate(frame).verdict \
+        == "reproduced"
+    far = V.SpeedupCheck("model", "fast", "base", predicted=2.0, direction="=", margin=0.2).evaluate(frame)
+    assert far.verdict == "not reproduced" and far.estimate == pytest.approx((1 + d.estimate) / 2.0 - 1, abs=1e-12)
+    # noninferiority: 2% slower is "not slower by more than 5%", never "faster"
+    close = _timing_frame(0.98, noise=0.005)
+    assert V.SpeedupCheck("ni", "fast", "base", margin=0.05).evaluate(close).verdict == "reproduced"
+    assert V.SpeedupCheck("sup", "fast", "base").evaluate(close).verdict == "not reproduced"
+    # noisy runs around a 10% gain: the point is on the claimed side, the CI reaches the null
+    noisy = _timing_frame(1.1, noise=0.25, prompts=6, seed=3)
+    assert V.SpeedupCheck("noisy", "fast", "base").evaluate(noisy).verdict == "partly"
+    with pytest.raises(ValueError, match="direction"):
+        V.SpeedupCheck("bad", "fast", "base", direction=">=")
+    with pytest.raises(ValueError, match="margin"):
+        V.SpeedupCheck("bad", "fast", "base", direction="=")
+    with pytest.raises(ValueError, match="predicted"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=0.0)
+    with pytest.raises(ValueError, match="columns"):
+        faster.evaluate(frame.drop(columns="seconds"))
+    with pytest.raises(ValueError, match="no prompt was timed"):
+        V.SpeedupCheck("none", "fast", "other").evaluate(frame)
+
+
+def test_checked_claim_takes_its_text_from_the_decision_it_records():
+    frame = _timing_frame(1.5, noise=0.02)
+    claim = V.checked_claim(V.SpeedupCheck("faster", "fast", "base"), frame, "sequoia", "faster",
+                            ours=lambda d: f"measured {1 + d.estimate:.2f}x")
+    rate = frame.groupby("arm")["tokens"].sum() / frame.groupby("arm")["seconds"].sum()
+    assert claim.ours == f"measured {rate['fast'] / rate['base']:.2f}x" and claim.verdict == "reproduced"
+
+
 def test_cells_significantly_above_holds_the_family_wise_rate_where_a_per_cell_rule_flips():
     """96 cells where A and B truly tie: Holm's family-wise test flags some cell in about 5% of runs,
     the per-cell "more than 2 SE above" rule in most runs (the flip 05's Figure 3 claim showed)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -14,6 +14,39 @@ from .setup import Pair, PromptIds
 
 # ----------------------------------------------------------------------------------------- wall clock
 
+def _check_timed_pair(pair: Pair) -> None:
+    if pair.kind != "hf":
+        raise ValueError("wall-clock timings need a real model pair (profile default or full)")
+    if getattr(pair.draft, "synthetic", False):
+        raise ValueError(f"{pair.draft.name} is a synthetic draft (models.interpolated): tokens per step only, "
+                         "never wall clock")
+
+
+def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampling: str, temperature: float,
+               top_p: float, max_new_tokens: int, seed: int) -> dict:
+    """One prompt decoded and timed: the row of `timed_generation`."""
+    t0 = time.perf_counter()
+    if verifier is None:
+        out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
+                                      max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed)
+    else:
+        out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=verifier, shape=shape,
+                                   sampling=sampling, temperature=temperature, top_p=top_p,
+                                   max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed)
+    seconds = time.perf_counter() - t0
+    steps = list(out.steps)
+    n_tokens = len(out.tokens)
+    step_s = [float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps if hasattr(s, "target_s")]
+    return {"prompt_id": prompt.id, "category": prompt.category, "verifier": verifier or "autoregressive",
+            "shape": shape or "-", "temperature": temperature, "tokens": n_tokens,
+            "steps": len(steps) or n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
+            "tokens_per_step": n_tokens / max(1, len(steps) or n_tokens),
+            "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
+            "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
+            "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
+            "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)}
+
+
 def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | None, shape: str | None = None,
                      sampling: str = "iid", temperature: float = 1.0, top_p: float = 1.0,
                      max_new_tokens: int = 32, seed: int = 0, progress: bool = True):
@@ -21,39 +54,42 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
     per prompt. Returns a DataFrame per prompt: tokens, steps, seconds, tokens per second, tokens per step,
     the summed draft / target / verify seconds and the median step time (draft + target + verify of one
     step; autoregressive: seconds per token) (hf pairs only)."""
-    if pair.kind != "hf":
-        raise ValueError("wall-clock timings need a real model pair (profile default or full)")
-    if getattr(pair.draft, "synthetic", False):
-        raise ValueError(f"{pair.draft.name} is a synthetic draft (models.interpolated): tokens per step only, "
-                         "never wall clock")
-    rows = []
+    _check_timed_pair(pair)
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
         iterator = tqdm(list(iterator), desc=f"timing {verifier or 'autoregressive'} {shape or ''} T={temperature}",
                         leave=False)
+    return pd.DataFrame([_timed_run(pair, prompt, verifier, shape, sampling, temperature, top_p, max_new_tokens,
+                                    seed * 100_003 + k) for k, prompt in iterator])
+
+
+def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple | None],
+                       temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
+                       progress: bool = True):
+    """Wall-clock decoding of several arms, paired by prompt and interleaved in time: for each prompt every
+    arm runs once, back to back, in an order rotated by one arm per prompt, so a slow spell of a shared
+    machine falls on all arms of the prompts it covers (not on the arm that happened to run then) and no arm
+    always runs first. ``arms``: name -> None (autoregressive) or (verifier, shape, sampling). Every arm
+    decodes prompt k with the same seed (``seed * 100_003 + k``, as `timed_generation`). Returns the rows of
+    `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round)."""
+    _check_timed_pair(pair)
+    if not arms:
+        raise ValueError("arms must name at least one arm")
+    for name, arm in arms.items():
+        if arm is not None and (not isinstance(arm, tuple) or len(arm) != 3):
+            raise ValueError(f"arms[{name!r}] must be None (autoregressive) or (verifier, shape, sampling), got {arm!r}")
+    names = list(arms)
+    iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
+    if progress:
+        iterator = tqdm(list(iterator), desc=f"timing {len(names)} arms interleaved, T={temperature}", leave=False)
+    rows = []
     for k, prompt in iterator:
-        t0 = time.perf_counter()
-        if verifier is None:
-            out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
-                                          max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
-                                          seed=seed * 100_003 + k)
-        else:
-            out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=verifier, shape=shape,
-                                       sampling=sampling, temperature=temperature, top_p=top_p,
-                                       max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id,
-                                       seed=seed * 100_003 + k)
-        seconds = time.perf_counter() - t0
-        steps = list(out.steps)
-        n_tokens = len(out.tokens)
-        step_s = [float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps if hasattr(s, "target_s")]
-        rows.append({"prompt_id": prompt.id, "category": prompt.category, "verifier": verifier or "autoregressive",
-                     "shape": shape or "-", "temperature": temperature, "tokens": n_tokens,
-                     "steps": len(steps) or n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
-                     "tokens_per_step": n_tokens / max(1, len(steps) or n_tokens),
-                     "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
-                     "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
-                     "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
-                     "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)})
+        for order in range(len(names)):
+            name = names[(k + order) % len(names)]
+            verifier, shape, sampling = arms[name] or (None, None, "iid")
+            row = _timed_run(pair, prompt, verifier, shape, sampling, temperature, top_p, max_new_tokens,
+                             seed * 100_003 + k)
+            rows.append({**row, "arm": name, "order": order})
     return pd.DataFrame(rows)
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
 from .checks import (SEED_DEPENDENT, STABLE_MARK, AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck,
-                     TrendCheck, VectorStatisticCheck, bootstrap_indices, checked_claim, cluster_of, evaluate, first_level_decision,
+                     SpeedupCheck, TrendCheck, VectorStatisticCheck, bootstrap_indices, checked_claim, cluster_of, evaluate, first_level_decision,
                      paired_difference, paired_sums, seed_stability, to_claim)
 from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
                         decide_exact, decide_trend, power_statement)
@@ -52,7 +52,7 @@ __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directio
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
            "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "IdentityCheck", "ModelGapCheck",
-           "VectorStatisticCheck",
+           "VectorStatisticCheck", "SpeedupCheck",
            "first_level_decision",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES"]

@@ -1,5 +1,5 @@
 """Checks that apply a rule to a stored per-step frame: paired sums per prompt, the clustered bootstrap
-over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck`, the
+over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck` / `SpeedupCheck`, the
 seed-stability check and the claim rows they produce (`checked_claim`)."""
 
 from __future__ import annotations
@@ -253,6 +253,68 @@ class ModelGapCheck:
 
 
 @dataclass
+class SpeedupCheck:
+    """A wall-clock speedup from runs paired by prompt and interleaved in time (`experiments.interleaved_timing`):
+    the pooled rate sum(tokens) / sum(seconds) of ``method`` over the pooled rate of ``baseline`` on the same
+    resampled prompts, relative to ``predicted``: the statistic is speedup / predicted - 1.
+
+    With ``predicted`` 1 it is the speedup itself: direction '>' is the superiority rule ("method is faster");
+    with a ``margin`` the noninferiority rule ("method is not slower than baseline by more than margin").
+    Direction '=' with a ``margin`` sets the speedup against a model's prediction by the equivalence rule
+    (reproduced when the CI of measured / predicted - 1 lies inside +-margin); the prediction is held fixed,
+    so a profile's own timing noise is not inside the CI."""
+
+    claim: str
+    method: str
+    baseline: str
+    predicted: float = 1.0
+    column: str = "arm"
+    direction: str = ">"
+    margin: float | None = None
+    min_effect: float = MIN_EFFECT["superiority"]
+
+    def __post_init__(self):
+        if self.direction not in (">", "<", "="):
+            raise ValueError(f"direction must be '>', '<' or '=', got {self.direction!r}")
+        if self.direction == "=" and self.margin is None:
+            raise ValueError("margin: an equivalence ('=') needs a margin > 0")
+        if self.margin is not None and not self.margin > 0:
+            raise ValueError(f"margin must be > 0, got {self.margin!r}")
+        if not (math.isfinite(float(self.predicted)) and self.predicted > 0):
+            raise ValueError(f"predicted must be a finite speedup > 0, got {self.predicted!r}")
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        missing = [c for c in (self.column, "prompt_id", "tokens", "seconds") if c not in frame.columns]
+        if missing:
+            raise ValueError(f"frame lacks the columns {missing}")
+        parts = {arm: frame[frame[self.column] == arm] for arm in (self.method, self.baseline)}
+        shared = set.intersection(*(set(p["prompt_id"].map(cluster_of)) for p in parts.values()))
+        if not shared:
+            raise ValueError(f"no prompt was timed with both {self.method!r} and {self.baseline!r}")
+        clusters = sorted(shared)
+        sums = {arm: _cluster_sums(p[p["prompt_id"].map(cluster_of).isin(shared)], ["tokens", "seconds"], clusters)[0]
+                for arm, p in parts.items()}
+
+        def speedup(rows):
+            (tm, sm), (tb, sb) = sums[self.method][rows].sum(0), sums[self.baseline][rows].sum(0)
+            return (tm / sm) / (tb / sb)
+
+        est, lo, hi, _ = _resampled(lambda rows: speedup(rows) / self.predicted - 1.0, len(clusters), n_boot, seed)
+        if self.direction == "=":
+            d = decide_equivalence(est, lo, hi, self.margin)
+        elif self.margin is not None:
+            sign = 1.0 if self.direction == ">" else -1.0
+            d = decide_directional(est, lo, hi, self.direction, -sign * self.margin, 0.0, "noninferiority")
+        else:
+            d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
+        measured = f"{self.method}: {speedup(np.arange(len(clusters))):.3f}x the rate of {self.baseline}"
+        if self.predicted != 1.0:
+            measured += f" (predicted {self.predicted:.3f}x)"
+        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
+                        f"{d.detail}; {measured}, {len(clusters)} prompts", d.power)
+
+
+@dataclass
 class AllOfCheck:
     """Several cell checks, each with its own ``where`` (and e.g. its own prediction), decided together by
     the 'every' rule: `EveryCheck` for cells that differ in more than the rows they select."""
@@ -472,9 +534,10 @@ STABLE_MARK = "same verdict under bootstrap seeds"
 
 
 def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
-                  n_boot: int = 2000, ours: str | None = None, notes: str = "") -> Claim:
+                  n_boot: int = 2000, ours: str | Callable[[Decision], str] | None = None, notes: str = "") -> Claim:
     """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck, ModelGapCheck or
-    VectorStatisticCheck) under each bootstrap seed and record the first seed's decision as a claim. Its notes name the rule and say whether every seed
+    VectorStatisticCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
+    (``ours``: its text, or a function of that decision giving it). Its notes name the rule and say whether every seed
     gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
     the CI end sits within Monte-Carlo error of the null or the margin)."""
     if len(seeds) < 2:
@@ -486,4 +549,6 @@ def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequen
     else:
         stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} (seed {s})" for s, v in zip(seeds, verdicts))
     extra = "; ".join(x for x in (notes, stability) if x)
+    if callable(ours):
+        ours = ours(decisions[0])
     return to_claim(decisions[0], paper, check.claim, paper_value, ours, extra)

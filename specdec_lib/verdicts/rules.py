@@ -55,12 +55,14 @@ RULES: dict[str, Rule] = {
         "relative gain mean(A) / mean(B) - 1 of the pooled means over all steps (tokens per target call); "
         "for absolute quantities (rejection rates, r(1)) the difference of the means; against a model's prediction "
         "(0th-order G from measured r) the relative gap measured / predicted - 1, the prediction recomputed from "
-        "the vectors measured at the same contexts in every resample (`ModelGapCheck`)",
+        "the vectors measured at the same contexts in every resample (`ModelGapCheck`); for wall clock the speedup "
+        "pooled tokens / pooled seconds over the baseline's (`SpeedupCheck`)",
         "same contexts and the same drafted trees for both arms (pair_on='tree'); where the arms need "
         "different trees (two sampling schemes, two tree shapes) each arm drafts its own tree at the same "
         "target-sampled contexts (experiments.paired_tokens_at_shared_contexts), paired per context "
         "(pair_on='tree'), or, where a verifier must advance the text itself, the same prompts and drafting "
-        "seeds, paired by prompt (pair_on='prompt'); common random numbers in drafting",
+        "seeds, paired by prompt (pair_on='prompt'); common random numbers in drafting; wall-clock arms decode "
+        "each prompt back to back with the same seed (experiments.interleaved_timing), paired by prompt",
         _EXACT_TREE, _UNIT,
         "0.5% relative (half the paper's effect when that is below 1%)",
         "CI entirely beyond the null in the claimed direction and point estimate >= minimum effect",
