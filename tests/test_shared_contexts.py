@@ -239,3 +239,30 @@ def test_matched_rows_index_names_each_row_s_prompt_and_step(tiny_pair):
     assert list(index.columns) == ["prompt_id", "category", "step"]
     for pid, part in index.groupby("prompt_id"):
         assert part["step"].tolist() == list(range(len(part)))
+
+
+def test_common_random_numbers_couple_the_arms_and_keep_each_arm_s_law():
+    """With common_random_numbers every arm starts from one seed: two arms drafting one shape the same way draw
+    the same trees, i.i.d. and without-replacement arms share each node's first child, the paired difference
+    loses most of its tree-draw variance, and each arm's mean still matches its exact expectation over drafts."""
+    target = ContextIndependentLM([0.4, 0.3, 0.2, 0.1])
+    draft = ContextIndependentLM([0.1, 0.2, 0.3, 0.4])
+    pair = E.Pair(target, draft, "toy", "context-free toy", context_free=True)
+    prompts = [_prompt([1], f"toy-{i:02d}") for i in range(40)]
+    arms = {"wr": ("kary:2x2", "without_replacement"), "iid": ("kary:2x2", "iid"), "iid again": ("kary:2x2", "iid")}
+
+    def frame(crn):
+        f = paired_tokens_at_shared_contexts(pair, prompts, arms, contexts=25, progress=False, common_random_numbers=crn)
+        return f.pivot_table(index=["prompt_id", "step"], columns="arm", values="expected_tokens")
+
+    coupled, independent = frame(True), frame(False)
+    assert (coupled["iid"] == coupled["iid again"]).all() and not (independent["iid"] == independent["iid again"]).all()
+    var = {name: (f["wr"] - f["iid"]).var() for name, f in [("coupled", coupled), ("independent", independent)]}
+    assert var["coupled"] < 0.5 * var["independent"], var
+    parents = resolve_shape("kary:2x2")
+    for name, sampling in [("wr", "without_replacement"), ("iid", "iid")]:
+        exact = sum(w * expected_tokens("token", t) for w, t in enumerate_drafts(target, draft, (1,), parents, sampling))
+        est, se = coupled[name].mean(), coupled[name].std() / len(coupled) ** 0.5
+        assert abs(est - exact) < 4 * se + 1e-9, (name, est, exact, se)
+    with pytest.raises(ValueError, match="common_random_numbers"):
+        paired_tokens_at_shared_contexts(pair, prompts[:1], arms, progress=False, common_random_numbers=1)

@@ -155,7 +155,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
                                      progress: bool = True,
                                      views_by_arm: Mapping[str, Mapping[str, Callable[[DraftTree], DraftTree]]] | None = None,
-                                     verifiers_by_arm: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
+                                     verifiers_by_arm: Mapping[str, Sequence[str]] | None = None,
+                                     common_random_numbers: bool = False) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -174,7 +175,15 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     serves every arm's tree and one target forward scores them all. Each arm keeps its own sampling and
     generator (seeded by the prompt and the arm's name), so an arm's trees have the law, and the draws, of
     drafting it alone: adding an arm changes no other arm's trees (up to the rounding of batched forwards).
+
+    ``common_random_numbers``: every arm's generator starts from the same seed instead. Each arm's trees keep
+    their law; only the coupling between arms changes. The samplers `iid` and `without_replacement` both spend
+    one uniform per child (inverse CDF, `drafting`), so two arms drafting one shape with them draw the same
+    first child at every node and correlated later ones, and a paired difference between them loses most of the
+    tree-draw noise (tests/test_shared_contexts.py measures it).
     """
+    if not isinstance(common_random_numbers, bool):
+        raise ValueError(f"common_random_numbers must be True or False, got {common_random_numbers!r}")
     arms_ = _check_arms(arms, temperature)
     if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
         raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
@@ -191,7 +200,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         prompt_seed = _prompt_seed(seed, prompt)
         text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
-        drafted = [(parents, sampling, torch.Generator().manual_seed(prompt_seed + zlib.crc32(name.encode()) % 100_003))
+        drafted = [(parents, sampling, torch.Generator().manual_seed(
+                        prompt_seed + zlib.crc32(b"common" if common_random_numbers else name.encode()) % 100_003))
                    for name, (parents, sampling) in arms_.items()]
         for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, temperature, top_p)):
             for name, tree in zip(arms_, trees):
