@@ -5,6 +5,8 @@
   at that context, for every arm, although no drafted node is ever accepted;
 * the frame pairs arms per context (same prompt_id/step keys), and a GainCheck with pair_on="tree" runs on it;
 * on a context-free toy pair the per-context mean converges to the exact expectation over drafts;
+* with common random numbers the arms share their draws (identical arms draw identical trees, an i.i.d. and a
+  without-replacement arm share each node's first child) and each arm keeps its exact expectation;
 * bad arguments are ValueErrors naming the argument.
 """
 
