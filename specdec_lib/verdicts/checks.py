@@ -108,6 +108,20 @@ def _resampled(statistic: Callable[[np.ndarray], float], n_clusters: int, n_boot
     return estimate, *_ci(boot, n_clusters), len(boot)
 
 
+def _decide_statistic(est: float, lo: float, hi: float, direction: str, margin: float | None,
+                      min_effect: float, paper_effect: float | None = None, kind: str = "superiority") -> Decision:
+    """The rule for a statistic that is 0 under the null (a relative gap or gain): '=' the equivalence rule with
+    ``margin``; '>' / '<' the noninferiority rule when a ``margin`` is given, else the directional rule ``kind``
+    (superiority or threshold) with ``min_effect``."""
+    if direction == "=":
+        return decide_equivalence(est, lo, hi, margin)
+    if margin is not None:
+        sign = 1.0 if direction == ">" else -1.0
+        return decide_directional(est, lo, hi, direction, -sign * margin, 0.0, "noninferiority",
+                                  paper_effect=paper_effect)
+    return decide_directional(est, lo, hi, direction, 0.0, min_effect, kind, paper_effect=paper_effect)
+
+
 def _gain_table(sums, by: Sequence[str], clusters: Sequence[str], relative: bool):
     """Per group: the a/b arrays aligned on ``clusters`` (missing clusters contribute 0)."""
     out = {}
@@ -174,14 +188,12 @@ class GainCheck:
 
     def decide(self, est: float, lo: float, hi: float) -> Decision:
         if self.kind == "equivalence":
-            return decide_equivalence(est, lo, hi, self.margin or MIN_EFFECT["equivalence"])
+            return _decide_statistic(est, lo, hi, "=", self.margin or MIN_EFFECT["equivalence"], 0.0)
+        margin = None
         if self.kind == "noninferiority":
             margin = self.margin if self.margin is not None else MIN_EFFECT["noninferiority"]
-            sign = 1.0 if self.direction == ">" else -1.0
-            return decide_directional(est, lo, hi, self.direction, -sign * margin, 0.0, "noninferiority",
-                                      paper_effect=self.paper_effect)
-        return decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect_for(), self.kind,
-                                  paper_effect=self.paper_effect)
+        return _decide_statistic(est, lo, hi, self.direction, margin, self.min_effect_for(), self.paper_effect,
+                                 self.kind)
 
 
 @dataclass
@@ -243,10 +255,7 @@ class ModelGapCheck:
             return (total[0] / count) / float(self.predict(total[1:] / count)) - 1.0
 
         est, lo, hi, _ = _resampled(gap, len(n), n_boot, seed)
-        if self.direction == "=":
-            d = decide_equivalence(est, lo, hi, self.margin)
-        else:
-            d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
+        d = _decide_statistic(est, lo, hi, self.direction, self.margin, self.min_effect)
         measured = sums[:, 0].sum() / n.sum()
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
                         f"{d.detail}; measured {measured:.4f} vs model {measured / (1 + est):.4f}", d.power)
@@ -288,25 +297,18 @@ class SpeedupCheck:
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
         parts = {arm: frame[frame[self.column] == arm] for arm in (self.method, self.baseline)}
-        shared = set.intersection(*(set(p["prompt_id"].map(cluster_of)) for p in parts.values()))
-        if not shared:
+        clusters = sorted(set.intersection(*(set(p["prompt_id"].map(cluster_of)) for p in parts.values())))
+        if not clusters:
             raise ValueError(f"no prompt was timed with both {self.method!r} and {self.baseline!r}")
-        clusters = sorted(shared)
-        sums = {arm: _cluster_sums(p[p["prompt_id"].map(cluster_of).isin(shared)], ["tokens", "seconds"], clusters)[0]
-                for arm, p in parts.items()}
+        # prompts timed by one arm only fall outside ``clusters`` and so out of the sums
+        sums = {arm: _cluster_sums(p, ["tokens", "seconds"], clusters)[0] for arm, p in parts.items()}
 
         def speedup(rows):
             (tm, sm), (tb, sb) = sums[self.method][rows].sum(0), sums[self.baseline][rows].sum(0)
             return (tm / sm) / (tb / sb)
 
         est, lo, hi, _ = _resampled(lambda rows: speedup(rows) / self.predicted - 1.0, len(clusters), n_boot, seed)
-        if self.direction == "=":
-            d = decide_equivalence(est, lo, hi, self.margin)
-        elif self.margin is not None:
-            sign = 1.0 if self.direction == ">" else -1.0
-            d = decide_directional(est, lo, hi, self.direction, -sign * self.margin, 0.0, "noninferiority")
-        else:
-            d = decide_directional(est, lo, hi, self.direction, 0.0, self.min_effect)
+        d = _decide_statistic(est, lo, hi, self.direction, self.margin, self.min_effect)
         measured = f"{self.method}: {speedup(np.arange(len(clusters))):.3f}x the rate of {self.baseline}"
         if self.predicted != 1.0:
             measured += f" (predicted {self.predicted:.3f}x)"
