@@ -11,7 +11,9 @@ needs no cheap draft, only drafts of higher acceptance at the same contexts. The
 2. `sweep_frames`: for one (target, draft) pair, the same experiments as notebooks 01-05 (chains: token /
    block / ASpS / traversal; binary trees: token / traversal; race-drawn trees: GSS / ERSS; Sequoia DP
    trees without replacement vs SpecInfer k x L i.i.d. trees), through the library's exact machinery
-   (`experiments.paired_tokens_by_prompt`);
+   (`experiments.paired_tokens_by_prompt`); ERSS vs GSS on batch(k) is compared with the star integrated
+   out at every matched row (`star_batch_frame`), as notebook 03 does: a drafted star per context leaves
+   a noise of several % around a difference of a fraction of a %;
 3. `sweep_gains`: the paired gains of `comparisons` (`experiments.paired_gain`); traversal is compared on
    its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`);
 4. `run_sweep`: all of it for the real draft (lam = 0), each goal, and optionally further real drafts
@@ -41,7 +43,7 @@ from .tree import parent_depths, parse_shape
 
 __all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "tune_lambda",
            "interpolated_pair", "SweepConfig", "Comparison", "comparisons", "PaperPoint", "PAPER_POINTS",
-           "implied_acceptance", "paper_points", "race_parents", "sequoia_shapes", "sweep_frames",
+           "implied_acceptance", "paper_points", "race_parents", "sequoia_shapes", "star_batch_frame", "sweep_frames",
            "sweep_gains", "run_sweep", "range_verdict", "SweepResult"]
 
 GOALS = (0.6, 0.7, 0.8)
@@ -158,7 +160,9 @@ class SweepConfig:
     star and the chain of the race-drawn tree (ERSS vs GSS); tree_size / tree_depth: size (root included)
     and depth limit of the Sequoia and k x L trees; copies: independent chains / binary trees per context;
     mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
-    this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees."""
+    this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
+    verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
+    index_law_at_rows`: Rao-Blackwellised for GSS, so it needs fewer; ERSS's race index is sampled)."""
 
     temperature: float = 1.0
     max_new_tokens: int = 16
@@ -176,7 +180,8 @@ class SweepConfig:
     binary_copies: int = 1
     mc_samples: int = 8
     shape_rows: int = 32
-    experiments: tuple = ("chain", "binary", "race", "trees")
+    star_samples: dict = field(default_factory=lambda: {"token": 8, "erss": 32})
+    experiments: tuple = ("chain", "binary", "race", "star", "trees")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "SweepConfig":
@@ -217,7 +222,7 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
                    f"binary:d{cfg.binary_depth}", "traversal_rb", "token"),
         Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
                    "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree"),
-        Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "race",
+        Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "star",
                    f"batch:{cfg.race_batch}", "erss", "token"),
         Comparison("erss_sequence", f"ERSS vs GSS, sequence k = {cfg.race_sequence}", "erss", "race",
                    f"sequence:{cfg.race_sequence}", "erss", "token", sign=-1),
@@ -325,16 +330,49 @@ def sequoia_shapes(target_rows: torch.Tensor, draft_rows: torch.Tensor, cfg: Swe
     return [int(p) for p in parents], (best[1], best[2]), p_wr, p_iid
 
 
+def _split_rows(rows) -> tuple[torch.Tensor, torch.Tensor, "pd.DataFrame | None"]:
+    """(P, Q, index) from matched rows given as (P, Q) or (P, Q, index) (`experiments.matched_rows`)."""
+    if not isinstance(rows, (tuple, list)) or len(rows) not in (2, 3):
+        raise ValueError("rows must be matched (P, Q) or (P, Q, index) of experiments.matched_rows")
+    P, Q = rows[0], rows[1]
+    index = rows[2] if len(rows) == 3 else None
+    if index is not None and (not isinstance(index, pd.DataFrame) or len(index) != P.shape[0]):
+        raise ValueError("rows: the index must be a DataFrame naming each row's context (matched_rows(..., with_index=True))")
+    return P, Q, index
+
+
+def star_batch_frame(rows, batch: int, samples: Mapping[str, int], seed: int = 0) -> pd.DataFrame:
+    """GSS's and ERSS's expected tokens of batch(``batch``) at every matched row, the race-drawn star integrated
+    out (`experiments.index_law_at_rows`, `experiments.batch_tokens_by_context`): no drafting noise, so their paired
+    difference per context is the methods' difference there (up to the Monte Carlo of ``samples`` stars per row,
+    verifier -> count). ``rows``: matched (P, Q, index). Columns as `experiments.paired_expected_tokens` frames
+    (``view`` = "batch:k", ``draw`` = 0)."""
+    P, Q, index = _split_rows(rows)
+    if index is None:
+        raise ValueError("rows: integrating the star out needs each row's context (matched_rows(..., with_index=True))")
+    k = min(int(batch), int(P.shape[-1]) - 1)
+    parts = []
+    for verifier in ("token", "erss"):
+        if verifier not in samples:
+            raise ValueError(f"samples must give a number of stars for {verifier!r}, got {dict(samples)!r}")
+        law = E.index_law_at_rows(P, Q, index, k, verifier, num_samples=int(samples[verifier]), seed=seed)
+        parts.append(E.batch_tokens_by_context(law, [k]).assign(verifier=verifier))
+    return pd.concat(parts, ignore_index=True).assign(view=f"batch:{batch}", draw=0, nodes=k + 1)
+
+
 def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: SweepConfig,
                  progress: bool = False):
     """Exact expected tokens per step of every verifier of the sweep on trees drafted by ``pair``.
 
-    ``rows``: matched (P, Q) of this pair's draft (for the Sequoia / SpecInfer shapes). One long DataFrame
-    (`experiments.paired_expected_tokens` columns) with ``experiment`` (chain | binary | race | trees) and,
+    ``rows``: matched (P, Q) or (P, Q, index) of this pair's draft (for the Sequoia / SpecInfer shapes, and with
+    the index for the stars of "star"). One long DataFrame (`experiments.paired_expected_tokens` columns) with
+    ``experiment`` (chain | binary | race | star | trees) and,
     for the trees, ``tree`` (Sequoia | SpecInfer), ``drafted`` (the shape) and ``predicted`` (the tree's expected
     tokens under the positional model, `theory.expected_tokens_positional`). The two trees are drafted at the same
     target-sampled contexts (`experiments.paired_tokens_at_shared_contexts`, ``cfg.max_new_tokens`` per prompt),
-    so they are paired per context like the verifiers on one tree."""
+    so they are paired per context like the verifiers on one tree. "star": ERSS vs GSS on batch(race_batch) at
+    every matched row with the star integrated out (`star_batch_frame`); the drafted race trees keep a batch view
+    too, a Monte Carlo check of it with one star per context."""
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
     frames = []
     if "chain" in cfg.experiments:
@@ -355,8 +393,10 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
                  f"sequence:{ks}": (lambda t, s=parse_shape(f"chain:{ks}"): E.restrict_to_shape(t, s))}
         frames.append(E.paired_tokens_by_prompt(pair, prompts, race_parents(kb, ks), "race", T, ["token", "erss"],
                                                 views=views, labels={"experiment": "race"}, advance="erss", **common))
+    if "star" in cfg.experiments:
+        frames.append(star_batch_frame(rows, cfg.race_batch, cfg.star_samples, cfg.seed).assign(experiment="star"))
     if "trees" in cfg.experiments:
-        P, Q = rows
+        P, Q, _ = _split_rows(rows)
         seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
         arms = {"Sequoia": (seq_parents, "without_replacement"), "SpecInfer": (f"batch:{k}x{length}", "iid")}
         trees = E.paired_tokens_at_shared_contexts(pair, prompts, arms, T, ["token"], contexts=cfg.max_new_tokens,
@@ -414,11 +454,12 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
     """The real draft (lam = 0) and the synthetic draft tuned to each goal (`tune_lambda_rows` on ``rows``
     = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime.
 
-    ``real_drafts``: further REAL drafts of the same target, label -> (pair, (P, Q) matched rows at the
-    same contexts), e.g. the quantized self-draft whose acceptance lies in the papers' range; each is one
+    ``rows`` and the rows of ``real_drafts``: matched (P, Q, index) (`experiments.matched_rows(...,
+    with_index=True)`; (P, Q) when ``cfg.experiments`` leaves out "star"). ``real_drafts``: further REAL drafts
+    of the same target, label -> (pair, matched rows at the same contexts), e.g. the quantized self-draft whose acceptance lies in the papers' range; each is one
     more regime (``synthetic`` False, ``lam`` NaN; the first regime, "real draft", is ``pair``'s own draft)."""
     cfg = cfg or SweepConfig()
-    P, Q = rows
+    P, Q, index = _split_rows(rows)
     base = acceptance(P, Q)
     fits = [dict(regime="real draft", goal=float("nan"), lam=0.0, acceptance=base, synthetic=False)]
     for goal in goals:
@@ -426,14 +467,19 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
         fits.append(dict(regime=f"synthetic {goal:.2f}", goal=float(goal), lam=fit.lam, acceptance=fit.acceptance,
                          synthetic=True))
     # (fit, pair, rows) made when their turn comes: the synthetic rows are as large as P
+    def regime_rows(lam):
+        synthetic = (P, mix_rows(P, Q, lam))
+        return synthetic if index is None else (*synthetic, index)
+
     regimes = [(f, lambda f=f: pair if not f["synthetic"] else interpolated_pair(pair, f["lam"]),
-                lambda f=f: (P, Q) if not f["synthetic"] else (P, mix_rows(P, Q, f["lam"]))) for f in fits]
-    for label, (other, (P_x, Q_x)) in (real_drafts or {}).items():
+                lambda f=f: rows if not f["synthetic"] else regime_rows(f["lam"])) for f in fits]
+    for label, (other, rows_x) in (real_drafts or {}).items():
         if label in {f["regime"] for f in fits}:
             raise ValueError(f"real_drafts: the label {label!r} is taken")
+        P_x, Q_x, _ = _split_rows(rows_x)
         f = dict(regime=label, goal=float("nan"), lam=float("nan"), acceptance=acceptance(P_x, Q_x), synthetic=False)
         fits.append(f)
-        regimes.append((f, lambda other=other: other, lambda rx=(P_x, Q_x): rx))
+        regimes.append((f, lambda other=other: other, lambda rx=rows_x: rx))
     frames, gains, seconds = [], [], {}
     for f, make_pair, make_rows in regimes:
         t0 = time.perf_counter()

@@ -17,7 +17,7 @@ from specdec_lib import experiments as E
 from specdec_lib.drafting import draw_children
 from specdec_lib.theory import positional_acceptance
 from specdec_lib.tree import DraftTree
-from specdec_lib.verifiers import exact_law
+from specdec_lib.verifiers import exact_law, expected_tokens
 
 V, K, STARS = 5, 3, 6000
 
@@ -98,3 +98,41 @@ def test_rows_may_overshoot_but_their_mean_is_the_law():
     assert (rows.sum(1) > 1).any()
     capped = E.capped_vector(rows.mean(0))
     assert capped[0] == rows.mean(0)[0] and capped.sum() <= 1 + 1e-12
+
+
+@pytest.mark.parametrize("verifier", ["token", "erss"])
+def test_batch_tokens_by_context_is_the_verifiers_mean_on_race_drafted_stars(verifier):
+    """1 + p1 + ... + pk per row: the mean over race-drafted stars of the verifier's exact expected tokens
+    (accepted child and bonus token) on the star's first k children, which are a race-drafted star of k."""
+    p, q = _rows(1, 3)
+    frame = E.batch_tokens_by_context(E.index_law_at_rows(p, q, _index(1), K, verifier), [1, 2, 3])
+    assert list(frame.columns) == ["prompt_id", "category", "step", "view", "expected_tokens", "p_accept_first"]
+    g = torch.Generator().manual_seed(5)
+    total = torch.zeros(K, dtype=torch.float64)
+    for _ in range(STARS):
+        kids, race = draw_children(q[0], K, "race", g)
+        for k in range(1, K + 1):
+            draft = torch.zeros(k + 1, V, dtype=torch.float64)
+            draft[0] = q[0]
+            races = torch.ones(k + 1, V, dtype=torch.float64)
+            races[0] = race
+            tree = DraftTree(torch.cat([torch.zeros(1, dtype=torch.long), kids[:k]]), torch.tensor([-1] + [0] * k),
+                             draft, p[0].expand(k + 1, -1).clone(), sampling="race", race=races)
+            total[k - 1] += expected_tokens(verifier, tree)
+    measured = total / STARS
+    ours = torch.tensor(frame.sort_values("view")["expected_tokens"].to_numpy(dtype=float))
+    assert torch.allclose(ours, measured, atol=0.02), (ours, measured)
+    # the control: leaving out the bonus token (p1 + ... + pk) is off by one token
+    assert (ours - 1 - measured).abs().min() > 0.9
+
+
+def test_batch_tokens_by_context_arithmetic_and_bad_arguments():
+    law = _index(2).assign(p1=[0.5, 0.25], p2=[0.25, 0.25], p3=[0.125, 0.0])
+    frame = E.batch_tokens_by_context(law, [1, 3, 5])
+    assert frame["view"].tolist() == [1, 1, 3, 3, 5, 5]
+    assert frame["expected_tokens"].tolist() == [1.5, 1.25, 1.875, 1.5, 1.875, 1.5]  # k > K uses p1..pK
+    assert frame["p_accept_first"].tolist() == [0.5, 0.25] * 3
+    with pytest.raises(ValueError, match="ks"):
+        E.batch_tokens_by_context(law, [0])
+    with pytest.raises(ValueError, match="p1..pK"):
+        E.batch_tokens_by_context(_index(2), [1])

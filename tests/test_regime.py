@@ -187,7 +187,7 @@ def test_range_verdict():
 def test_sweep_on_toy_pair():
     pair = E.toy_pair(8, 0.9, seed=0)
     prompts = E.prompts_for(pair, 2)
-    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=16, progress=False)
+    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=16, progress=False, with_index=True)
     cfg = RG.SweepConfig(chain=4, block_gamma=4, asps_n=3, traversal_depth=2, binary_depth=2, race_batch=3,
                          race_sequence=2, tree_size=6, tree_depth=3, max_new_tokens=8, copies=2, mc_samples=4)
     res = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50)
@@ -200,21 +200,45 @@ def test_sweep_on_toy_pair():
                                                             columns="verifier", values="expected_tokens")
     assert float((one["asps"] - one["token"]).abs().max()) < 1e-9
     assert res.gains["predicted_gain"].notna().sum() == 2
+    # ERSS vs GSS on batch(3): the star integrated out at every matched row, both regimes
+    star = res.frames.query("experiment == 'star'")
+    assert set(star["view"]) == {"batch:3"} and set(star["verifier"]) == {"token", "erss"}
+    assert len(star) == 2 * 2 * rows[0].shape[0]
+    assert res.gains.query("key == 'erss_batch'")["steps"].tolist() == [rows[0].shape[0]] * 2
+    with pytest.raises(ValueError, match="index"):
+        RG.run_sweep(pair, prompts, rows[:2], goals=(), cfg=cfg, n_boot=50)
+
+
+def test_star_batch_frame_integrates_the_star_out():
+    """Per matched row, GSS's batch(k) expected tokens is 1 + p1 + ... + pk of its index law; with one child it
+    is 1 + (1 - TV) exactly, the closed form of a single draft (ERSS: its own closed form)."""
+    pair = E.toy_pair(8, 0.9, seed=1)
+    P, Q, index = E.matched_rows(pair, E.prompts_for(pair, 2), 1.0, max_new_tokens=6, progress=False, with_index=True)
+    one = RG.star_batch_frame((P, Q, index), 1, {"token": 4, "erss": 4}).query("verifier == 'token'")
+    assert one["view"].eq("batch:1").all() and len(one) == P.shape[0]
+    tv = 0.5 * (P - Q).abs().sum(1).numpy()
+    assert np.allclose(one["expected_tokens"].to_numpy(), 2.0 - tv, atol=1e-12)
+    three = RG.star_batch_frame((P, Q, index), 3, {"token": 4, "erss": 4})
+    assert (three["expected_tokens"].to_numpy() >= 1.0).all() and set(three["nodes"]) == {4}
+    with pytest.raises(ValueError, match="index"):
+        RG.star_batch_frame((P, Q), 3, {"token": 4, "erss": 4})
+    with pytest.raises(ValueError, match="erss"):
+        RG.star_batch_frame((P, Q, index), 3, {"token": 4})
 
 
 def test_sweep_takes_further_real_drafts_of_the_same_target():
     pair = E.toy_pair(8, 0.9, seed=0)
     prompts = E.prompts_for(pair, 2)
-    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=12, progress=False)
+    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=12, progress=False, with_index=True)
     closer = E.Pair(pair.target, InterpolatedToyLM(pair.target, pair.draft, 0.5), "toy", "closer draft")
-    closer_rows = E.matched_rows(closer, prompts, 1.0, max_new_tokens=12, progress=False)
+    closer_rows = E.matched_rows(closer, prompts, 1.0, max_new_tokens=12, progress=False, with_index=True)
     cfg = RG.SweepConfig(chain=3, block_gamma=3, asps_n=2, traversal_depth=2, binary_depth=2, race_batch=3,
                          race_sequence=2, tree_size=5, tree_depth=3, max_new_tokens=6, copies=1, mc_samples=4)
     res = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50,
                        real_drafts={"closer draft": (closer, closer_rows)})
     fit = res.fits.set_index("regime").loc["closer draft"]
     assert not fit["synthetic"] and np.isnan(fit["lam"])
-    assert fit["acceptance"] == pytest.approx(RG.acceptance(*closer_rows))
+    assert fit["acceptance"] == pytest.approx(RG.acceptance(*closer_rows[:2]))
     assert fit["acceptance"] > res.fits.set_index("regime").loc["real draft", "acceptance"]
     assert len(res.gains) == 3 * len(RG.comparisons(cfg)) and "closer draft" in res.seconds
     with pytest.raises(ValueError, match="taken"):

@@ -35,7 +35,7 @@ from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expecte
 from .shared_contexts import paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
                     prompt_categories, prompts_for, settings, settings_table, toy_pair, with_draft)
-from .stars import (INDEX_LAW_SCHEME, ccdf, first_level_against_optimum, index_law_at_rows, kseq_rejection_from_rows,
+from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level_against_optimum, index_law_at_rows, kseq_rejection_from_rows,
                     positional_vector, capped_vector, sampled_accepted_lengths, single_draft_acceptance, star_index_law,
                     star_rejection_from_rows, star_views)
 from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
@@ -49,7 +49,7 @@ __all__ = ["PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "capped_vector",
-           "star_rejection_from_rows", "kseq_rejection_from_rows", "index_law_at_rows", "INDEX_LAW_SCHEME", "first_level_against_optimum",
+           "star_rejection_from_rows", "kseq_rejection_from_rows", "index_law_at_rows", "batch_tokens_by_context", "INDEX_LAW_SCHEME", "first_level_against_optimum",
            "single_draft_acceptance", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain",
            "timed_generation", "step_seconds_shared_work",
            "collect_first_level", "collect_depth_trend", "real_pair_check"]

@@ -158,6 +158,27 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
     return out
 
 
+def batch_tokens_by_context(index_law, ks: Sequence[int]) -> pd.DataFrame:
+    """batch(k)'s expected tokens per context with the star integrated out, from an index-law frame
+    (`index_law_at_rows` or `star_index_law`): ``1 + p1 + ... + pk`` (a verifier that tries the children in
+    order and stops at the first accepted one emits the accepted child and a bonus token, or one token when
+    none is accepted). A k beyond the law's last index K uses p1..pK: exact when K = V - 1 (the star holds the
+    whole vocabulary), otherwise it leaves out the tail mass beyond K. Returns a long DataFrame: the law's key
+    columns (those that are not p1..pK), ``view`` = k, ``expected_tokens`` and ``p_accept_first`` (= p1).
+    Per context, the formula of `theory.batch_expected_tokens` (which takes the mean vector r)."""
+    cols = sorted((c for c in index_law.columns if c.startswith("p") and c[1:].isdigit()), key=lambda c: int(c[1:]))
+    if not cols:
+        raise ValueError("index_law has no p1..pK columns (an index-law frame of index_law_at_rows / star_index_law)")
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"ks must be positive numbers of children, got {ks!r}")
+    keys = index_law.drop(columns=cols).reset_index(drop=True)
+    cum = index_law[cols].cumsum(axis=1).reset_index(drop=True)
+    first = index_law[cols[0]].reset_index(drop=True)
+    return pd.concat([keys.assign(view=k, expected_tokens=1.0 + cum[cols[min(k, len(cols)) - 1]], p_accept_first=first)
+                      for k in ks], ignore_index=True)
+
+
 def positional_vector(index_law) -> np.ndarray:
     """Mean of the p1..pK columns of `star_index_law` (the measured positional acceptance vector)."""
     cols = [c for c in index_law.columns if c.startswith("p") and c[1:].isdigit()]
