@@ -15,7 +15,9 @@ needs no cheap draft, only drafts of higher acceptance at the same contexts. The
    out at every matched row (`star_batch_frame`), as notebook 03 does: a drafted star per context leaves
    a noise of several % around a difference of a fraction of a %;
 3. `sweep_gains`: the paired gains of `comparisons` (`experiments.paired_gain`); traversal is compared on
-   its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`);
+   its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`), the
+   Sequoia and SpecInfer trees on ``token_rb`` (each node's own children draw integrated out, same mean:
+   `node_rao_blackwell`);
 4. `run_sweep`: all of it for the real draft (lam = 0), each goal, and optionally further real drafts
    (``real_drafts``: the quantized self-draft `models.quantized`, acceptance ~0.7, checks the synthetic
    family against a real draft in the papers' regime).
@@ -195,7 +197,8 @@ class SweepConfig:
 class Comparison:
     """One paired comparison: ``method`` vs ``baseline`` (values of ``column``) on ``view`` of
     ``experiment``; ``pair_on`` as in `experiments.paired_gain`; ``paper``: a `results.PAPERS` key;
-    ``sign``: the claimed direction (+1: method ahead)."""
+    ``sign``: the claimed direction (+1: method ahead); ``verifier``: the rows of that verifier (or estimator)
+    only, where the arms are compared by ``column`` and each tree carries several."""
 
     key: str
     title: str
@@ -207,6 +210,7 @@ class Comparison:
     column: str = "verifier"
     pair_on: str = "tree"
     sign: int = 1
+    verifier: str | None = None
 
 
 def comparisons(cfg: SweepConfig) -> list[Comparison]:
@@ -221,7 +225,7 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
         Comparison("traversal_binary", f"traversal vs token, binary depth {cfg.binary_depth}", "traversal", "binary",
                    f"binary:d{cfg.binary_depth}", "traversal_rb", "token"),
         Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
-                   "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree"),
+                   "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", verifier="token_rb"),
         Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "star",
                    f"batch:{cfg.race_batch}", "erss", "token"),
         Comparison("erss_sequence", f"ERSS vs GSS, sequence k = {cfg.race_sequence}", "erss", "race",
@@ -337,7 +341,8 @@ def _split_rows(rows) -> tuple[torch.Tensor, torch.Tensor, "pd.DataFrame | None"
     P, Q = rows[0], rows[1]
     index = rows[2] if len(rows) == 3 else None
     if index is not None and (not isinstance(index, pd.DataFrame) or len(index) != P.shape[0]):
-        raise ValueError("rows: the index must be a DataFrame naming each row's context (matched_rows(..., with_index=True))")
+        raise ValueError("rows: the index must be a DataFrame naming each row's context "
+                         "(matched_rows(..., with_index=True))")
     return P, Q, index
 
 
@@ -399,7 +404,8 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
         P, Q, _ = _split_rows(rows)
         seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
         arms = {"Sequoia": (seq_parents, "without_replacement"), "SpecInfer": (f"batch:{k}x{length}", "iid")}
-        trees = E.paired_tokens_at_shared_contexts(pair, prompts, arms, T, ["token"], contexts=cfg.max_new_tokens,
+        trees = E.paired_tokens_at_shared_contexts(pair, prompts, arms, T, ["token", "token_rb"],
+                                                   contexts=cfg.max_new_tokens,
                                                    seed=cfg.seed, column="tree", labels={"experiment": "trees"},
                                                    progress=progress)
         trees["drafted"] = trees["tree"].map({"Sequoia": f"sequoia:{len(seq_parents)} depth {_depth(seq_parents)}",
@@ -423,6 +429,8 @@ def sweep_gains(frame, cfg: SweepConfig, n_boot: int = 1000):
     rows = []
     for c in comparisons(cfg):
         sub = frame[(frame["experiment"] == c.experiment) & (frame["view"] == c.view)]
+        if c.verifier is not None:
+            sub = sub[sub["verifier"] == c.verifier]
         g = E.paired_gain(sub, c.method, c.baseline, column=c.column, pair_on=c.pair_on, n_boot=n_boot).iloc[0]
         predicted = float("nan")
         if "predicted" in sub.columns and sub["predicted"].notna().any():
@@ -456,8 +464,9 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
 
     ``rows`` and the rows of ``real_drafts``: matched (P, Q, index) (`experiments.matched_rows(...,
     with_index=True)`; (P, Q) when ``cfg.experiments`` leaves out "star"). ``real_drafts``: further REAL drafts
-    of the same target, label -> (pair, matched rows at the same contexts), e.g. the quantized self-draft whose acceptance lies in the papers' range; each is one
-    more regime (``synthetic`` False, ``lam`` NaN; the first regime, "real draft", is ``pair``'s own draft)."""
+    of the same target, label -> (pair, matched rows at the same contexts), e.g. the quantized self-draft whose
+    acceptance lies in the papers' range; each is one more regime (``synthetic`` False, ``lam`` NaN; the first
+    regime, "real draft", is ``pair``'s own draft)."""
     cfg = cfg or SweepConfig()
     P, Q, index = _split_rows(rows)
     base = acceptance(P, Q)

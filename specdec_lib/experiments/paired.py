@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
+import torch
 
+from ..node_rao_blackwell import rao_blackwell_tokens
 from ..progress import tqdm
 from ..traversal_identity import rao_blackwell_ccdf
 from ..tree import DraftTree
@@ -14,7 +17,7 @@ from ..verifiers.base import Verifier, expected_tokens_from_law
 from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
-RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
+RAO_BLACKWELLISED = {"traversal_rb": "traversal", "token_rb": "token"}
 """Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
 MEASURED_ONLY: dict[str, Verifier] = dict(NOT_LOSSLESS)
 """Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md): the verifiers
@@ -49,10 +52,12 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
     drafted token accepted)) and the constant ``labels`` columns.
 
-    A name in `RAO_BLACKWELLISED` (``"traversal_rb"``) is an estimator, not a verifier: the verifier's
-    expected tokens with the drafting of the levels below each level integrated out
-    (`traversal_identity.rao_blackwell_ccdf`). It has the same mean as the verifier's exact value and
-    less drafting noise; its ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly.
+    A name in `RAO_BLACKWELLISED` is an estimator, not a verifier, with the same mean at each context as the
+    verifier's exact value and less drafting noise: ``"traversal_rb"``, traversal's expected tokens with the
+    drafting of the levels below each level integrated out (`traversal_identity.rao_blackwell_ccdf`; its
+    ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly); ``"token_rb"``, token-level's
+    expected tokens with each node's own children draw integrated out (`node_rao_blackwell.rao_blackwell_tokens`,
+    its Monte Carlo seeded by the tree's prompt, step, draw and view; no ``p_accept_first``: NaN).
 
     A name in `MEASURED_ONLY` (``"hsd"``) is a published method that is not lossless: its exact law is
     evaluated on the same trees, but it is not a registered verifier and never advances the text.
@@ -69,7 +74,11 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
                 base = RAO_BLACKWELLISED.get(name, name)
                 if not applicable(base, tree):
                     continue
-                if name in RAO_BLACKWELLISED:
+                if name == "token_rb":
+                    key = f"{rec.prompt_id}/{rec.step}/{rec.draw}/{view}".encode()
+                    expected = rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(zlib.crc32(key)))
+                    first = float("nan")
+                elif name in RAO_BLACKWELLISED:
                     ccdf = rao_blackwell_ccdf(tree, base)
                     expected, first = float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
                 elif name in MEASURED_ONLY:
