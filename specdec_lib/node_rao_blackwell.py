@@ -103,15 +103,11 @@ def rao_blackwell_tokens(tree: DraftTree, num_samples: int = 8, generator: torch
         raise ValueError(f"tree.sampling {tree.sampling!r} has no token-level scheme; "
                          f"known: {', '.join(SCHEME_OF_SAMPLING)}")
     reach = path_reach(tree)
-    drawn = node_acceptance(tree, reach) if tree.sampling == "topk" else None
+    if tree.sampling == "topk":  # top-k children are not random: 1 + sum_u R_u A_u = sum_v R_v, the exact value
+        return float(reach.sum())
     total = 1.0
     for u, kids in enumerate(tree.children):
-        if not kids or float(reach[u]) <= 0.0:
-            continue
-        if drawn is not None:  # top-k children are not random: the node's acceptance is its own expectation
-            a = drawn[u]
-        else:
-            a = expected_node_acceptance(target_row(tree, u), draft_row(tree, u), len(kids), tree.sampling,
-                                         num_samples, generator)
-        total += float(reach[u]) * a
+        if kids and float(reach[u]) > 0.0:
+            total += float(reach[u]) * expected_node_acceptance(target_row(tree, u), draft_row(tree, u), len(kids),
+                                                                tree.sampling, num_samples, generator)
     return total

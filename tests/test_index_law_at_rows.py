@@ -124,6 +124,11 @@ def test_batch_tokens_by_context_is_the_verifiers_mean_on_race_drafted_stars(ver
     assert torch.allclose(ours, measured, atol=0.02), (ours, measured)
     # the control: leaving out the bonus token (p1 + ... + pk) is off by one token
     assert (ours - 1 - measured).abs().min() > 0.9
+    # the control that must fail: batch(k) from the i.i.d. scheme's law (SpecInfer's children drawn with
+    # replacement) is a different law: it fails the same tolerance on the race-drafted stars
+    iid = _index(1).assign(**{f"p{i + 1}": [float(v)] for i, v in enumerate(positional_acceptance(p, q, K, "iid"))})
+    wrong = torch.tensor(E.batch_tokens_by_context(iid, [2, 3]).sort_values("view")["expected_tokens"].to_numpy(dtype=float))
+    assert not torch.allclose(wrong, measured[1:], atol=0.02), (wrong, measured)
 
 
 def test_batch_tokens_by_context_arithmetic_and_bad_arguments():

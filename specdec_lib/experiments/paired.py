@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import pandas as pd
 import torch
@@ -17,8 +17,25 @@ from ..verifiers.base import Verifier, expected_tokens_from_law
 from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
-RAO_BLACKWELLISED = {"traversal_rb": "traversal", "token_rb": "token"}
-"""Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
+class Estimator(NamedTuple):
+    """A Rao-Blackwellised estimator of ``verifier``'s expected tokens: ``estimate(tree, seed)`` gives
+    (expected tokens, p_accept_first); ``seed`` feeds its Monte Carlo, if any."""
+
+    verifier: str
+    estimate: Callable[[DraftTree, int], tuple[float, float]]
+
+
+def _traversal_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
+    ccdf = rao_blackwell_ccdf(tree, "traversal")
+    return float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+
+
+def _token_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
+    return rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
+
+
+RAO_BLACKWELLISED = {"traversal_rb": Estimator("traversal", _traversal_rb), "token_rb": Estimator("token", _token_rb)}
+"""Estimator name -> the verifier it estimates and how (`paired_expected_tokens`)."""
 MEASURED_ONLY: dict[str, Verifier] = dict(NOT_LOSSLESS)
 """Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md): the verifiers
 package's ``NOT_LOSSLESS``; they never advance the text."""
@@ -71,16 +88,12 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
         for view, fn in views.items():
             tree = fn(rec.tree)
             for name in verifiers:
-                base = RAO_BLACKWELLISED.get(name, name)
-                if not applicable(base, tree):
+                estimator = RAO_BLACKWELLISED.get(name)
+                if not applicable(estimator.verifier if estimator else name, tree):
                     continue
-                if name == "token_rb":
-                    key = f"{rec.prompt_id}/{rec.step}/{rec.draw}/{view}".encode()
-                    expected = rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(zlib.crc32(key)))
-                    first = float("nan")
-                elif name in RAO_BLACKWELLISED:
-                    ccdf = rao_blackwell_ccdf(tree, base)
-                    expected, first = float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+                if estimator:
+                    seed = zlib.crc32(f"{rec.prompt_id}/{rec.step}/{rec.draw}/{view}".encode())
+                    expected, first = estimator.estimate(tree, seed)
                 elif name in MEASURED_ONLY:
                     law = MEASURED_ONLY[name].law(tree, None)
                     expected, first = float(expected_tokens_from_law(tree, law)), float(1.0 - law[0].sum())

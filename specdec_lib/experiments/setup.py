@@ -17,8 +17,6 @@ from ..models import load_model
 from ..models.synthetic import random_markov_pair
 
 PROFILES = ("smoke", "default", "full")
-RAO_BLACKWELLISED = {"traversal_rb": "traversal"}
-"""Estimator name -> the verifier it estimates (`paired_expected_tokens`)."""
 TARGET_MODEL = "smollm2-135m-instruct"
 DRAFT_MODEL = "smollm2-135m-draft"
 PROFILE_DTYPES = {"default": "bfloat16"}
