@@ -164,7 +164,7 @@ class SweepConfig:
     mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
     this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
     verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
-    index_law_at_rows`: Rao-Blackwellised for GSS, so it needs fewer; ERSS's race index is sampled)."""
+    index_law_at_rows`: both Rao-Blackwellised; ERSS's counts sampled race winners beyond each row's 32 likeliest)."""
 
     temperature: float = 1.0
     max_new_tokens: int = 16
@@ -182,7 +182,7 @@ class SweepConfig:
     binary_copies: int = 1
     mc_samples: int = 8
     shape_rows: int = 32
-    star_samples: dict = field(default_factory=lambda: {"token": 8, "erss": 32})
+    star_samples: dict = field(default_factory=lambda: {"token": 8, "erss": 16})
     experiments: tuple = ("chain", "binary", "race", "star", "trees")
 
     @classmethod

@@ -129,13 +129,15 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
     `rows_at_shared_contexts(..., with_index=True)`): the probability that ``verifier`` accepts the i-th child
     of a star drafted there by a race, i = 1..``max_index``, with the star integrated out: Monte Carlo over
     ``num_samples`` stars per row (`theory.positional_acceptance`, `INDEX_LAW_SCHEME`; Rao-Blackwellised for GSS,
-    whose acceptance given the rejected draws is exact; ERSS's race index is sampled), and p1 in closed form
+    whose acceptance given the rejected draws is exact, and for ERSS, whose race times are integrated out given
+    the P-winner, enumerated over the row's likeliest tokens and sampled ``num_samples`` times beyond them, and
+    the sampled arrival order of its rivals), and p1 in closed form
     (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
     r, `positional_vector`; 1 + p1 + ... + pk is batch(k)'s expected tokens at that context), without the
     noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK.
 
-    Each entry is an unbiased estimate, but a row need not sum to at most 1: ERSS's race index is sampled,
-    so a row near acceptance 1 can meet an exact p1 of 0.99 with a sampled p2 of 1 / ``num_samples``.
+    Each entry is an unbiased estimate, but a row need not sum to at most 1: later entries are Monte Carlo,
+    so a row near acceptance 1 can meet an exact p1 of 0.99 with a p2 that overshoots its 0.01.
     Capping rows here would bias the tail down (only the overshooting rows would shrink); a consumer
     that needs a sub-distribution caps the mean vector instead (`capped_vector`)."""
     if verifier not in INDEX_LAW_SCHEME:

@@ -238,27 +238,57 @@ def _race_exact_row(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int,
-             generator: torch.Generator) -> torch.Tensor:
-    """Monte Carlo of the race index: rank of the P-winner among the Q arrivals (docs/methods/erss.md §5.1)."""
+RACE_HEAD = 32
+"""`_race_mc` enumerates the P-winner over a row's RACE_HEAD most likely tokens and samples it beyond them."""
+
+
+def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int, generator: torch.Generator,
+             head: int = RACE_HEAD) -> torch.Tensor:
+    """Monte Carlo of the race index law (the Q-rank of the P-winner, docs/methods/erss.md §5.4) with the
+    winner's race time and every arrival time integrated out; only the order of arrivals is sampled.
+
+    Condition on the P-winner x (probability p_x) and its P-time t ~ Exp(1) (independent of x). Every other
+    token y then has e_y = t p_y + E_y with E_y ~ Exp(1) (memorylessness), so it arrives under Q before x
+    (at Q-time t p_x / q_x) with probability 1 - exp(-t c_y), c_y = max(rho_x q_y - p_y, 0), rho_x = p_x / q_x:
+    the competitors form a race with rates c, and rank(x) <= j exactly when the j-th arrival of that race
+    comes after t. Averaging over t ~ Exp(1) and over the gaps of the c race (the gap before its i-th arrival
+    is Exp(C_i), C_i the rate not yet arrived), P(rank > j | x, order) = prod_{i <= j} C_i / (1 + C_i). Only the
+    order of the c race's arrivals is sampled. x is enumerated, with its weight p_x, over the ``head`` most
+    likely tokens (max(1, ``num_samples`` // ``head``) sampled orders each, so that a row whose support fits in
+    the head still gains precision from ``num_samples``) and sampled ``num_samples`` times from the rest (one
+    order each; weight: the rest's mass / ``num_samples``). x with q_x = 0 never arrives, so it is never
+    accepted. Unbiased; the first index is exact for enumerated winners (1 / (1 + C), `erss_first_acceptance`'s
+    formula). tests/test_theory.py checks the law against exact enumeration (and that the without-replacement
+    law, a different one, fails the same test).
+    """
     m, vocab = p.shape
-    counts = torch.zeros(m, k, dtype=torch.float64)
+    out = torch.zeros(m, k, dtype=torch.float64)
     inf = torch.tensor(math.inf, dtype=torch.float64)
-    for s in _sample_chunks(m, vocab, num_samples):
-        pp, qq = p.repeat(s, 1), q.repeat(s, 1)
-        rows = torch.arange(pp.shape[0])
-        e = -torch.log1p(-torch.rand(pp.shape, dtype=torch.float64, generator=generator))
-        e = e.clamp_min(1e-300)
-        under_p = torch.where(pp > 0, e / pp.clamp_min(1e-300), inf)
-        under_q = torch.where(qq > 0, e / qq.clamp_min(1e-300), inf)
-        winner = under_p.argmin(-1)
-        own = under_q[rows, winner]
-        rank = (under_q < own[:, None]).sum(-1)          # 0-based position in the Q race
-        hit = torch.isfinite(own) & (rank < k)
-        onehot = torch.zeros(pp.shape[0], k, dtype=torch.float64)
-        onehot[rows[hit], rank[hit]] = 1.0
-        counts += onehot.view(s, m, k).sum(0)
-    return counts / num_samples
+    for r in range(m):
+        pr, qr = p[r], q[r]
+        ranked = torch.argsort(pr, descending=True)[: int((pr > 0).sum())]
+        repeats = max(1, num_samples // max(head, 1))  # rival orders per enumerated winner
+        winners, weights = ranked[:head].repeat(repeats), pr[ranked[:head]].repeat(repeats) / repeats
+        tail = ranked[head:]
+        if tail.numel():
+            drawn = tail[_sample_rows(pr[tail].expand(num_samples, -1), generator)]
+            winners = torch.cat([winners, drawn])
+            weights = torch.cat([weights, torch.full((num_samples,), float(pr[tail].sum()) / num_samples,
+                                                     dtype=torch.float64)])
+        arrives = qr[winners] > 0
+        rho = torch.where(arrives, pr[winners] / qr[winners].clamp_min(1e-300), torch.zeros_like(weights))
+        rates = (rho[:, None] * qr[None, :] - pr[None, :]).clamp_min(0.0)  # [X, V]
+        rates[torch.arange(len(winners)), winners] = 0.0  # x is not its own rival (zero up to rounding)
+        total = rates.sum(-1)
+        e = -torch.log1p(-torch.rand(rates.shape, dtype=torch.float64, generator=generator))
+        times, order = torch.topk(torch.where(rates > 0, e / rates.clamp_min(1e-300), inf), k, dim=-1, largest=False)
+        arrived = torch.where(torch.isfinite(times), rates.gather(-1, order), torch.zeros_like(times))
+        before = (total[:, None] - arrived.cumsum(-1) + arrived).clamp_min(0.0)  # C_i: the rate not yet arrived
+        beyond = torch.cumprod(before / (1.0 + before), -1)  # P(rank > j | x, order), j = 1..k
+        cdf = (1.0 - beyond) * arrives[:, None]
+        law = torch.diff(cdf, dim=-1, prepend=torch.zeros(len(winners), 1, dtype=torch.float64))
+        out[r] = weights @ law
+    return out
 
 
 def acceptance_by_scheme(target_rows, draft_rows, max_children: int, schemes: Mapping[str, str],
@@ -295,8 +325,10 @@ def positional_acceptance(target_rows, draft_rows, max_children: int, sampling: 
     * ``"iid"``   SpecInfer; exact closed form (the residual sequence is deterministic).
     * ``"topk"``  top-k children + target-sample match; exact: p_j = P(j-th top draft token).
     * ``"naive"`` i.i.d. children + target-sample match; exact: p_j = sum_y P(y)(1-Q(y))^(j-1) Q(y).
-    * ``"race"``  ERSS; exact by inclusion-exclusion when V * 3^(V-1) <= ``exact_limit`` (tiny V), else Monte
-      Carlo with ``num_samples`` races per row.
+    * ``"race"``  ERSS; exact by inclusion-exclusion when V * 3^(V-1) <= ``exact_limit`` (tiny V), else
+      Rao-Blackwellised Monte Carlo (`_race_mc`): the P-winner is enumerated over the row's `RACE_HEAD` most
+      likely tokens and sampled ``num_samples`` times beyond them; every race time is integrated out and only
+      the order of the competing arrivals is sampled (one order per winner).
 
     ``method`` is "auto", "exact" (ValueError if too large) or "monte_carlo". ``generator`` is the only
     randomness (default: a fresh generator seeded 0).
