@@ -183,6 +183,23 @@ def test_checked_claim_marks_a_seed_dependent_verdict():
         V.checked_claim(check, frame, "traversal", "x", seeds=(0,))
 
 
+def test_checked_claim_marks_a_verdict_that_depends_on_the_monte_carlo_seed():
+    """A frame computed from Monte Carlo integrals, recomputed with another seed of those integrals: the same
+    rule must give the same verdict on it, or the claim is marked seed-dependent."""
+    check = V.GainCheck("clear", "new", "old")
+    frame = _frame([0.05] * 7, noise=0.01)
+    again = _frame([0.05] * 7, noise=0.01, seed=4)
+    stable = V.checked_claim(check, frame, "erss", "+5%", n_boot=200, monte_carlo={1: again})
+    assert stable.verdict == "reproduced" and V.SEED_DEPENDENT not in stable.notes
+    assert "Monte Carlo seeds 1" in stable.notes
+    flipped = _frame([-0.05] * 7, noise=0.01, seed=4)  # integrals that moved the effect across the null
+    flip = V.checked_claim(check, frame, "erss", "+5%", n_boot=200, monte_carlo={1: flipped})
+    assert flip.verdict == "reproduced" and V.SEED_DEPENDENT in flip.notes and "(Monte Carlo seed 1)" in flip.notes
+    for bad in ({}, [again]):
+        with pytest.raises(ValueError, match="monte_carlo"):
+            V.checked_claim(check, frame, "erss", "+5%", n_boot=200, monte_carlo=bad)
+
+
 def test_seed_stability_per_drafting_seed():
     a = _frame([0.05] * 6, noise=0.01).assign(seed=0)
     b = _frame([-0.05] * 6, noise=0.01, seed=1).assign(seed=1)

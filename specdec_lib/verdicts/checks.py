@@ -536,20 +536,34 @@ STABLE_MARK = "same verdict under bootstrap seeds"
 
 
 def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
-                  n_boot: int = 2000, ours: str | Callable[[Decision], str] | None = None, notes: str = "") -> Claim:
+                  n_boot: int = 2000, ours: str | Callable[[Decision], str] | None = None, notes: str = "",
+                  monte_carlo: Mapping[int, Any] | None = None) -> Claim:
     """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck, ModelGapCheck or
     VectorStatisticCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
     (``ours``: its text, or a function of that decision giving it). Its notes name the rule and say whether every seed
     gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
-    the CI end sits within Monte-Carlo error of the null or the margin)."""
+    the CI end sits within Monte-Carlo error of the null or the margin).
+
+    ``monte_carlo``: for a frame computed from Monte Carlo integrals (e.g. `experiments.index_law_at_rows`),
+    Monte Carlo seed -> the same frame recomputed with that seed. The rule is applied to each (first bootstrap
+    seed) too, and a verdict that changes with the integrals' own seed is marked `SEED_DEPENDENT` as well."""
     if len(seeds) < 2:
         raise ValueError("seeds: need at least two bootstrap seeds")
+    if monte_carlo is not None and (not isinstance(monte_carlo, Mapping) or not monte_carlo):
+        raise ValueError(f"monte_carlo must map Monte Carlo seeds to recomputed frames, got {monte_carlo!r:.80}")
     decisions = [check.evaluate(frame, int(s), n_boot) for s in seeds]
+    labels = [f"seed {s}" for s in seeds]
+    for mc_seed, mc_frame in (monte_carlo or {}).items():
+        decisions.append(check.evaluate(mc_frame, int(seeds[0]), n_boot))
+        labels.append(f"Monte Carlo seed {mc_seed}")
     verdicts = [d.verdict for d in decisions]
     if len(set(verdicts)) == 1:
         stability = f"{STABLE_MARK} {', '.join(map(str, seeds))}"
+        if monte_carlo:
+            stability += " and Monte Carlo seeds " + ", ".join(
+                f"{s} (estimate {d.estimate:+.4g})" for s, d in zip(monte_carlo, decisions[len(seeds):]))
     else:
-        stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} (seed {s})" for s, v in zip(seeds, verdicts))
+        stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} ({label})" for label, v in zip(labels, verdicts))
     extra = "; ".join(x for x in (notes, stability) if x)
     if callable(ours):
         ours = ours(decisions[0])
