@@ -30,6 +30,14 @@ vocabulary (and any k at tiny ones), and otherwise the Rao-Blackwellised Monte C
 unbiased). Race-drawn children are tested by the token verifier in the order of sampling without replacement
 (`experiments.INDEX_LAW_SCHEME`); top-k children are not random (``Abar_u = A_u``).
 
+ERSS (`verifiers.erss`) has the same structure (`rao_blackwell_erss`): once its walk reaches u it emits the
+winner of u's own race under ``p_u`` and descends when that winner is one of u's children, the first k_u
+arrivals of the same race under ``q_u``. So ``A_u`` depends on u's rows and u's race only, and ``R_u`` (0 or 1
+given the ancestors' races) on what was drawn before. ``Abar_u`` is the race index law's mass on the first k_u
+indices: ERSS's first acceptance in closed form for one child (`theory.erss_first_acceptance`), otherwise
+`theory.positional_acceptance(..., "race")` (exact at tiny vocabularies, else unbiased Monte Carlo with the race
+integrated out, docs/methods/erss.md §5.4).
+
 Measured on the real pair (quantized draft, 32 contexts, Sequoia's 32-node DP tree and SpecInfer's 4 x 7):
 the variance of one tree's value at a context fell by 38% (Sequoia) and 47% (SpecInfer), and the variance of
 the two arms' per-context difference by 45%. tests/test_node_rao_blackwell.py proves the identity by
@@ -40,23 +48,28 @@ from __future__ import annotations
 
 import torch
 
-from .theory import positional_acceptance
+from .theory import erss_first_acceptance, positional_acceptance
 from .traversal_identity import first_level_acceptance_iid
 from .tree import DraftTree
 from .verifiers import exact_law
+from .verifiers import erss
 from .verifiers.token_level import draft_row, target_row
 
-__all__ = ["path_reach", "node_acceptance", "expected_node_acceptance", "rao_blackwell_tokens"]
+__all__ = ["path_reach", "node_acceptance", "expected_node_acceptance", "rao_blackwell_tokens",
+           "expected_race_acceptance", "rao_blackwell_erss"]
 
 SCHEME_OF_SAMPLING = {"iid": "iid", "without_replacement": "without_replacement", "race": "without_replacement",
                       "topk": "topk"}
 """Tree sampling -> how token-level verification sees its children (race order = sampling without replacement)."""
 
 
-def path_reach(tree: DraftTree) -> torch.Tensor:
-    """``R_v`` for every node: the probability that token-level verification accepts the path from the root to
-    v (1 at the root), from the verifier's exact law (the mass of the accepted paths ending in v's subtree)."""
-    reach = exact_law("token", tree).sum(1).to(torch.float64)
+def path_reach(tree: DraftTree, verifier: str = "token") -> torch.Tensor:
+    """``R_v`` for every node: the probability that ``verifier`` ("token" or "erss") accepts the path from the
+    root to v (1 at the root), from the verifier's exact law (the mass of the accepted paths ending in v's
+    subtree; 0 or 1 for ERSS, whose walk the tree's races decide)."""
+    if verifier not in ("token", "erss"):
+        raise ValueError(f"verifier must be 'token' or 'erss', got {verifier!r}")
+    reach = exact_law(verifier, tree).sum(1).to(torch.float64)
     parents = tree.parents.tolist()
     for v in range(len(parents) - 1, 0, -1):  # level order: children come after their parent
         reach[parents[v]] += reach[v]
@@ -110,4 +123,33 @@ def rao_blackwell_tokens(tree: DraftTree, num_samples: int = 8, generator: torch
         if kids and float(reach[u]) > 0.0:
             total += float(reach[u]) * expected_node_acceptance(target_row(tree, u), draft_row(tree, u), len(kids),
                                                                 tree.sampling, num_samples, generator)
+    return total
+
+
+def expected_race_acceptance(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int = 8,
+                             generator: torch.Generator | None = None) -> float:
+    """ERSS's ``Abar``: the probability that the target's race winner at a node (rows ``p``, ``q``) is among the
+    first ``k`` arrivals of the same race under the draft, the race integrated out (module docstring)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    p = torch.as_tensor(p, dtype=torch.float64)
+    q = torch.as_tensor(q, dtype=torch.float64)
+    p, q = p / p.sum(), q / q.sum()
+    if k == 1:
+        return float(erss_first_acceptance(p, q))
+    law = positional_acceptance(p[None], q[None], k, "race", num_samples=num_samples, generator=generator)
+    return float(law.sum())
+
+
+def rao_blackwell_erss(tree: DraftTree, num_samples: int = 8, generator: torch.Generator | None = None) -> float:
+    """``1 + sum_u R_u * Abar_u`` for ERSS on a race-drafted tree: an unbiased estimate of its expected tokens at
+    the tree's context with every node's own race integrated out (module docstring; ``R_u`` is 0 or 1, so only
+    the nodes on the walk count). ``generator``: the Monte Carlo of `expected_race_acceptance` only."""
+    erss.check(tree)
+    reach = path_reach(tree, "erss")
+    total = 1.0
+    for u, kids in enumerate(tree.children):
+        if kids and float(reach[u]) > 0.0:
+            total += float(reach[u]) * expected_race_acceptance(erss.verification_row(tree, u), draft_row(tree, u),
+                                                                len(kids), num_samples, generator)
     return total

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import pandas as pd
 import torch
 
-from ..node_rao_blackwell import rao_blackwell_tokens
+from ..node_rao_blackwell import rao_blackwell_erss, rao_blackwell_tokens
 from ..progress import tqdm
 from ..traversal_identity import rao_blackwell_ccdf
 from ..tree import DraftTree
@@ -34,7 +34,12 @@ def _token_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
     return rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
 
 
-RAO_BLACKWELLISED = {"traversal_rb": Estimator("traversal", _traversal_rb), "token_rb": Estimator("token", _token_rb)}
+def _erss_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
+    return rao_blackwell_erss(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
+
+
+RAO_BLACKWELLISED = {"traversal_rb": Estimator("traversal", _traversal_rb), "token_rb": Estimator("token", _token_rb),
+                     "erss_rb": Estimator("erss", _erss_rb)}
 """Estimator name -> the verifier it estimates and how (`paired_expected_tokens`)."""
 MEASURED_ONLY: dict[str, Verifier] = dict(NOT_LOSSLESS)
 """Published methods evaluated by their exact law though not lossless (docs/papers/hsd.md): the verifiers
@@ -74,7 +79,8 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     drafting of the levels below each level integrated out (`traversal_identity.rao_blackwell_ccdf`; its
     ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly); ``"token_rb"``, token-level's
     expected tokens with each node's own children draw integrated out (`node_rao_blackwell.rao_blackwell_tokens`,
-    its Monte Carlo seeded by the tree's prompt, step, draw and view; no ``p_accept_first``: NaN).
+    its Monte Carlo seeded by the tree's prompt, step, draw and view; no ``p_accept_first``: NaN); ``"erss_rb"``, the
+    same for ERSS on race-drafted trees (`node_rao_blackwell.rao_blackwell_erss`: each node's own race integrated out).
 
     A name in `MEASURED_ONLY` (``"hsd"``) is a published method that is not lossless: its exact law is
     evaluated on the same trees, but it is not a registered verifier and never advances the text.

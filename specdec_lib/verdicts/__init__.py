@@ -27,7 +27,9 @@ CI was narrow enough to detect the paper's effect ("decided") or not ("underpowe
 inconclusive verdict can be read correctly.
 
 `seed_stability` re-applies the rules with two bootstrap seeds (and, optionally, per drafting seed)
-on stored per-step frames and lists the claims whose verdict changes.
+on stored per-step frames and lists the claims whose verdict changes. `checked_claim(...,
+monte_carlo={seed: frame})` also applies a claim's rule to its frame recomputed with another seed of the
+Monte Carlo integrals it was computed from (e.g. 03's index laws), which the bootstrap seeds cannot see.
 
 `NOTEBOOK_RULES` maps every verdict expression written by hand in notebooks/00-06 to its rule
 (tests/test_verdicts.py checks that every claim in the notebooks is mapped). `TIES` lists the method
