@@ -86,10 +86,11 @@ def test_bad_arguments_are_value_errors(kwargs, needle):
 
 
 def test_rows_may_overshoot_but_their_mean_is_the_law():
-    """Near acceptance 1, ERSS's sampled race index can put 1 / num_samples on p2 beside an exact p1 close to 1:
+    """Near acceptance 1, ERSS's Monte Carlo (winners beyond each row's likeliest tokens are sampled) can put more
+    on p2 than the 1 - p1 left beside an exact p1 close to 1:
     such a row sums above 1 (so rows are deliberately not capped: capping only them would bias the tail down),
     and with few samples per row even their mean may; `capped_vector` makes a mean a sub-distribution, keeping p1."""
-    g, vocab = torch.Generator().manual_seed(0), 40  # past exact enumeration: the race index is sampled
+    g, vocab = torch.Generator().manual_seed(0), 40  # past exact enumeration: the race law is Monte Carlo
     q = torch.softmax(2 * torch.randn(400, vocab, generator=g, dtype=torch.float64), 1)
     p = q * (1 + 0.05 * torch.rand(400, vocab, generator=g, dtype=torch.float64))
     p = p / p.sum(1, keepdim=True)
