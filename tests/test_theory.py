@@ -660,7 +660,7 @@ def test_race_index_law_integrates_the_race_out(vocab, k, zeros, head):
     each estimate is less noisy than the indicator of a sampled race; a wrong law fails the same test."""
     p, q = random_rows(3, vocab, 7 * vocab + k, zeros=zeros)
     exact_law = T.positional_acceptance(p, q, k, "race", method="exact", per_row=True, exact_limit=10**7)
-    reps = 4000
+    reps = 2000
     draws = _race_mc(p.repeat(reps, 1), q.repeat(reps, 1), k, 1, torch.Generator().manual_seed(3), head=head)
     draws = draws.view(reps, 3, k)
     se = draws.std(0) / math.sqrt(reps)
