@@ -36,7 +36,9 @@ arrivals of the same race under ``q_u``. So ``A_u`` depends on u's rows and u's 
 given the ancestors' races) on what was drawn before. ``Abar_u`` is the race index law's mass on the first k_u
 indices: ERSS's first acceptance in closed form for one child (`theory.erss_first_acceptance`), otherwise
 `theory.positional_acceptance(..., "race")` (exact at tiny vocabularies, else unbiased Monte Carlo with the race
-integrated out, docs/methods/erss.md §5.4).
+integrated out, docs/methods/erss.md §5.4). Its cost on the offline pair (V = 49,152): 11 ms per one-child node,
+72 ms per node with more children (the race law's 32 enumerated winners), per view of a tree: too dear for 03's
+nested views of every tree at every context (over 15 extra minutes), which read the exact values instead.
 
 Measured on the real pair (quantized draft, 32 contexts, Sequoia's 32-node DP tree and SpecInfer's 4 x 7):
 the variance of one tree's value at a context fell by 38% (Sequoia) and 47% (SpecInfer), and the variance of
