@@ -53,8 +53,7 @@ import torch
 from .theory import erss_first_acceptance, positional_acceptance
 from .traversal_identity import first_level_acceptance_iid
 from .tree import DraftTree
-from .verifiers import exact_law
-from .verifiers import erss
+from .verifiers import erss, exact_law
 from .verifiers.token_level import draft_row, target_row
 
 __all__ = ["path_reach", "node_acceptance", "expected_node_acceptance", "rao_blackwell_tokens",

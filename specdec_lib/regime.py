@@ -164,7 +164,8 @@ class SweepConfig:
     mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
     this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
     verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
-    index_law_at_rows`: both Rao-Blackwellised; ERSS's counts sampled race winners beyond each row's 32 likeliest)."""
+    index_law_at_rows`, both Rao-Blackwellised: GSS's stars; for ERSS, the race winners sampled beyond each row's 32
+    likeliest tokens)."""
 
     temperature: float = 1.0
     max_new_tokens: int = 16

@@ -328,7 +328,7 @@ def positional_acceptance(target_rows, draft_rows, max_children: int, sampling: 
     * ``"race"``  ERSS; exact by inclusion-exclusion when V * 3^(V-1) <= ``exact_limit`` (tiny V), else
       Rao-Blackwellised Monte Carlo (`_race_mc`): the P-winner is enumerated over the row's `RACE_HEAD` most
       likely tokens and sampled ``num_samples`` times beyond them; every race time is integrated out and only
-      the order of the competing arrivals is sampled (one order per winner).
+      the order of the competing arrivals is sampled.
 
     ``method`` is "auto", "exact" (ValueError if too large) or "monte_carlo". ``generator`` is the only
     randomness (default: a fresh generator seeded 0).
