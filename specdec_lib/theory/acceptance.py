@@ -264,14 +264,16 @@ def _race_mc(p: torch.Tensor, q: torch.Tensor, k: int, num_samples: int, generat
     m, vocab = p.shape
     out = torch.zeros(m, k, dtype=torch.float64)
     inf = torch.tensor(math.inf, dtype=torch.float64)
+    repeats = max(1, num_samples // max(head, 1))  # rival orders per enumerated winner
     for r in range(m):
         pr, qr = p[r], q[r]
         ranked = torch.argsort(pr, descending=True)[: int((pr > 0).sum())]
-        repeats = max(1, num_samples // max(head, 1))  # rival orders per enumerated winner
         winners, weights = ranked[:head].repeat(repeats), pr[ranked[:head]].repeat(repeats) / repeats
         tail = ranked[head:]
-        if tail.numel():
-            drawn = tail[_sample_rows(pr[tail].expand(num_samples, -1), generator)]
+        if tail.numel():  # inverse CDF, one cumulative sum for all draws (every tail weight is > 0)
+            cdf = pr[tail].cumsum(0)
+            u = torch.rand(num_samples, 1, dtype=torch.float64, generator=generator).squeeze(-1) * cdf[-1]
+            drawn = tail[torch.searchsorted(cdf, u, right=True).clamp_max(tail.numel() - 1)]
             winners = torch.cat([winners, drawn])
             weights = torch.cat([weights, torch.full((num_samples,), float(pr[tail].sum()) / num_samples,
                                                      dtype=torch.float64)])
