@@ -44,6 +44,7 @@ from .data import Prompt, load_prompts
 from .decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
 from .models import load_model
 from .progress import tqdm
+from .results import cpu_features
 from .sampling import process_logits
 from .theory import positional_acceptance
 from .verifiers import get_verifier
@@ -68,7 +69,7 @@ def _sync(device) -> None:
 def machine_info(device=None) -> dict:
     info = {"host": socket.gethostname(), "platform": platform.platform(), "processor": platform.processor(),
             "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(), **cpu_features()}
     if device is not None and torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info

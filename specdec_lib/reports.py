@@ -66,7 +66,7 @@ from .report_index import (PREVIOUS_CLAIMS, build_index, claim_changes, index_ch
                            previous_claims)
 from .report_notebooks import (NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters,
                                resolve_notebooks)
-from .results import REPO_ROOT, atomic_write_text, git_revision, load_claims
+from .results import REPO_ROOT, atomic_write_text, cpu_features, git_revision, load_claims
 
 PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
@@ -184,8 +184,12 @@ def _environ(values: Mapping[str, str]) -> Iterator[None]:
 
 @functools.lru_cache(maxsize=1)
 def machine_description() -> str:
-    """This machine in a few words: host, CPU count, processor, GPU if torch sees one."""
+    """This machine in a few words: host, CPU count, processor, its bfloat16 matrix unit (`results.cpu_features`),
+    GPU if torch sees one."""
     text = f"{platform.node() or 'unknown host'}: {os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})"
+    cpu = cpu_features()
+    if cpu:
+        text += f", {cpu['cpu_model']}, bf16 matrix unit: {cpu['bf16_matrix']}"
     try:
         import torch
 

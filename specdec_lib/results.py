@@ -185,10 +185,40 @@ def library_versions(names: Iterable[str] = _LIBRARIES) -> dict[str, str]:
     return out
 
 
+BF16_MATRIX_FLAGS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
+"""/proc/cpuinfo flags of CPU units that multiply bfloat16 matrices natively, best first (`cpu_features`)."""
+
+
+def cpu_features(cpuinfo: str | None = None) -> dict[str, str]:
+    """The CPU model and its best native bfloat16 matrix unit ("AMX-BF16", "AVX512-BF16" or "none"), read from
+    ``cpuinfo`` (default: /proc/cpuinfo; empty where it cannot be read). The default profile runs its models in
+    bfloat16: without such a unit torch emulates it and a forward over 64 tokens costs about 5x more (measured on a
+    Xeon without them: t(64) 807 ms against 157 ms with AMX-BF16), so wall-clock results of two machines that
+    differ here are not comparable."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, flags = "", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    if not model and not flags:
+        return {}
+    unit = next((name for flag, name in BF16_MATRIX_FLAGS if flag in flags), "none")
+    return {"cpu_model": model or "unknown", "bf16_matrix": unit}
+
+
 def machine() -> dict[str, Any]:
-    """The machine: OS, CPU, core count, torch threads and the accelerator if any."""
+    """The machine: OS, CPU (model and bfloat16 matrix unit, `cpu_features`), core count, torch threads and the
+    accelerator if any."""
     info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor() or
-                            platform.machine(), "cpu_count": os.cpu_count(), "hostname": platform.node()}
+                            platform.machine(), "cpu_count": os.cpu_count(), "hostname": platform.node(),
+                            **cpu_features()}
     try:
         import torch
 

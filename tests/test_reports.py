@@ -49,6 +49,20 @@ def test_claim_records_and_verdicts():
     assert results.verdict_from_ci(-0.03, -0.01, direction="<") == "reproduced"
 
 
+def test_the_machine_record_names_the_cpu_and_its_bfloat16_matrix_unit():
+    """Wall clock in bfloat16 differs about 5x between CPUs with and without a native bf16 matrix unit: every
+    result's machine record and every report's machine line say which one ran it."""
+    amx = "processor\t: 0\nmodel name\t: Xeon X\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n\nprocessor\t: 1\n"
+    assert results.cpu_features(amx) == {"cpu_model": "Xeon X", "bf16_matrix": "AMX-BF16"}
+    assert results.cpu_features("model name : Y\nflags : avx512f avx512_bf16\n")["bf16_matrix"] == "AVX512-BF16"
+    assert results.cpu_features("model name : Z\nflags : avx2 avx512f\n") == {"cpu_model": "Z", "bf16_matrix": "none"}
+    assert results.cpu_features("") == {}  # no /proc/cpuinfo (another OS): nothing claimed
+    machine = results.machine()
+    assert set(results.cpu_features()) <= set(machine)
+    if "bf16_matrix" in machine:
+        assert f"bf16 matrix unit: {machine['bf16_matrix']}" in reports.machine_description()
+
+
 def test_save_results_writes_data_and_provenance(tmp_path):
     import pandas as pd
 

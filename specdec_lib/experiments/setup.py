@@ -26,6 +26,9 @@ n tokens costs far less than in float32 once n > 1 (t(64)/t(1) = 3.0 against 5.7
 data/hardware/cpu_*_smollm2-135m-instruct.json): notebooks 02, 05, 06 and 07 ran 1.4-1.7x faster
 than in float32 with the same settings, and trees are cheaper to verify. Target and draft share the
 dtype, so the autoregressive baseline is the same model as the one speculative decoding reproduces.
+A CPU without a native bfloat16 matrix unit (`results.cpu_features`: "none") emulates it, and there float32 is
+the faster dtype (t(64) 303 ms against 816 ms, data/hardware/cpu_without_bf16_unit/); the default stays bfloat16
+so that every machine computes the same numbers, and the machine record says which unit ran them.
 None (full): `load_model`'s device default. `settings` records the choice in a notebook's resolved
 parameters (so the saved results name it); `load_pair` applies it for direct callers."""
 

@@ -31,6 +31,7 @@ import torch
 
 from ..models import load_model
 from ..models.cpu_linear import SmallBatchLinear, use_small_batch_linear
+from ..results import cpu_features
 from .cost_model import _times
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "hardware"
@@ -265,6 +266,7 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
         "host": socket.gethostname(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
+        **cpu_features(),  # the CPU model and its bfloat16 matrix unit: wall clock in bf16 hangs on it
         "torch_threads": used_threads,
         "load_average_1m": [load_before, _load_average()],   # before / after: a busy shared host is slower
     }
