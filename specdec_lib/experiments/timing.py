@@ -10,7 +10,6 @@ import pandas as pd
 
 from ..decoding import autoregressive_generate, speculative_generate
 from ..progress import tqdm
-from ..verifiers import expected_tokens as exact_expected_tokens, get_verifier
 from .setup import Pair, PromptIds
 
 # ----------------------------------------------------------------------------------------- wall clock
@@ -23,22 +22,9 @@ def _check_timed_pair(pair: Pair) -> None:
                          "never wall clock")
 
 
-def _check_expected(verifiers: Iterable[str | None]) -> None:
-    """``expected_tokens=True`` needs each verifier's exact law given a tree, and a law that does not hang on
-    earlier steps (the decoder's state is not kept with the trees)."""
-    for name in verifiers:
-        if name is None:
-            continue
-        v = get_verifier(name)
-        if v.law is None or v.next_state is not None:
-            raise ValueError(f"expected_tokens: verifier {name!r} has no exact law given a tree alone; "
-                             "time it with expected_tokens=False")
-
-
 def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampling: str, temperature: float,
-               top_p: float, max_new_tokens: int, seed: int, expected: bool = False) -> dict:
-    """One prompt decoded and timed: the row of `timed_generation`. With ``expected`` the drafted trees are
-    kept and, after the clock stops, each step's exact expected tokens given its tree are summed."""
+               top_p: float, max_new_tokens: int, seed: int) -> dict:
+    """One prompt decoded and timed: the row of `timed_generation`."""
     t0 = time.perf_counter()
     if verifier is None:
         out = autoregressive_generate(pair.target, prompt.ids, temperature=temperature, top_p=top_p,
@@ -46,15 +32,10 @@ def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampl
     else:
         out = speculative_generate(pair.target, pair.draft, prompt.ids, verifier=verifier, shape=shape,
                                    sampling=sampling, temperature=temperature, top_p=top_p,
-                                   max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed,
-                                   keep_trees=expected)
+                                   max_new_tokens=max_new_tokens, eos_token_id=pair.eos_token_id, seed=seed)
     seconds = time.perf_counter() - t0
     steps = list(out.steps)
     n_tokens = len(out.tokens)
-    extra = {}
-    if expected:
-        extra["expected_tokens"] = (float(n_tokens) if verifier is None
-                                    else sum(exact_expected_tokens(verifier, s.tree) for s in steps))
     step_s = [float(s.draft_s) + float(s.target_s) + float(s.verify_s) for s in steps if hasattr(s, "target_s")]
     return {"prompt_id": prompt.id, "category": prompt.category, "verifier": verifier or "autoregressive",
             "shape": shape or "-", "temperature": temperature, "tokens": n_tokens,
@@ -63,51 +44,40 @@ def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampl
             "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
             "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
             "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
-            "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens), **extra}
+            "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)}
 
 
 def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | None, shape: str | None = None,
                      sampling: str = "iid", temperature: float = 1.0, top_p: float = 1.0,
-                     max_new_tokens: int = 32, seed: int = 0, progress: bool = True, expected_tokens: bool = False):
+                     max_new_tokens: int = 32, seed: int = 0, progress: bool = True):
     """Wall-clock decoding: `speculative_generate` (or `autoregressive_generate` when ``verifier`` is None)
     per prompt. Returns a DataFrame per prompt: tokens, steps, seconds, tokens per second, tokens per step,
     the summed draft / target / verify seconds and the median step time (draft + target + verify of one
-    step; autoregressive: seconds per token) (hf pairs only).
-
-    ``expected_tokens=True`` adds the column ``expected_tokens``: the sum over the steps of each drafted
-    tree's exact expected emitted tokens given its rows (`verifiers.expected_tokens`; autoregressive: the
-    tokens). It has the decoded tokens' mean at every step, without the verifier's own sampling noise, and is
-    computed after the clock stops. It is the steady-state count: a last step cut by ``max_new_tokens`` or EOS
-    counts in full."""
+    step; autoregressive: seconds per token) (hf pairs only)."""
     _check_timed_pair(pair)
-    if expected_tokens:
-        _check_expected([verifier])
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
         iterator = tqdm(list(iterator), desc=f"timing {verifier or 'autoregressive'} {shape or ''} T={temperature}",
                         leave=False)
     return pd.DataFrame([_timed_run(pair, prompt, verifier, shape, sampling, temperature, top_p, max_new_tokens,
-                                    seed * 100_003 + k, expected_tokens) for k, prompt in iterator])
+                                    seed * 100_003 + k) for k, prompt in iterator])
 
 
 def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple | None],
                        temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
-                       progress: bool = True, expected_tokens: bool = False):
+                       progress: bool = True):
     """Wall-clock decoding of several arms, paired by prompt and interleaved in time: for each prompt every
     arm runs once, back to back, in an order rotated by one arm per prompt, so a slow spell of a shared
     machine falls on all arms of the prompts it covers (not on the arm that happened to run then) and no arm
     always runs first. ``arms``: name -> None (autoregressive) or (verifier, shape, sampling). Every arm
     decodes prompt k with the same seed (``seed * 100_003 + k``, as `timed_generation`). Returns the rows of
-    `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round);
-    ``expected_tokens``: as in `timed_generation`."""
+    `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round)."""
     _check_timed_pair(pair)
     if not arms:
         raise ValueError("arms must name at least one arm")
     for name, arm in arms.items():
         if arm is not None and (not isinstance(arm, tuple) or len(arm) != 3):
             raise ValueError(f"arms[{name!r}] must be None (autoregressive) or (verifier, shape, sampling), got {arm!r}")
-    if expected_tokens:
-        _check_expected(arm[0] for arm in arms.values() if arm is not None)
     names = list(arms)
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
@@ -118,7 +88,7 @@ def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[s
             name = names[(k + order) % len(names)]
             verifier, shape, sampling = arms[name] or (None, None, "iid")
             row = _timed_run(pair, prompt, verifier, shape, sampling, temperature, top_p, max_new_tokens,
-                             seed * 100_003 + k, expected_tokens)
+                             seed * 100_003 + k)
             rows.append({**row, "arm": name, "order": order})
     return pd.DataFrame(rows)
 

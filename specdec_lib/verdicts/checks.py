@@ -271,18 +271,13 @@ class SpeedupCheck:
     with a ``margin`` the noninferiority rule ("method is not slower than baseline by more than margin").
     Direction '=' with a ``margin`` sets the speedup against a model's prediction by the equivalence rule
     (reproduced when the CI of measured / predicted - 1 lies inside +-margin); the prediction is held fixed,
-    so a profile's own timing noise is not inside the CI.
-
-    ``tokens`` names the column counted as tokens: ``"expected_tokens"`` (`experiments.interleaved_timing` with
-    ``expected_tokens=True``: each drafted tree's exact expected tokens) takes the verifier's sampling noise
-    out of the rate and leaves the clock's."""
+    so a profile's own timing noise is not inside the CI."""
 
     claim: str
     method: str
     baseline: str
     predicted: float = 1.0
     column: str = "arm"
-    tokens: str = "tokens"
     direction: str = ">"
     margin: float | None = None
     min_effect: float = MIN_EFFECT["superiority"]
@@ -298,7 +293,7 @@ class SpeedupCheck:
             raise ValueError(f"predicted must be a finite speedup > 0, got {self.predicted!r}")
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
-        missing = [c for c in (self.column, "prompt_id", self.tokens, "seconds") if c not in frame.columns]
+        missing = [c for c in (self.column, "prompt_id", "tokens", "seconds") if c not in frame.columns]
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
         parts = {arm: frame[frame[self.column] == arm] for arm in (self.method, self.baseline)}
@@ -306,7 +301,7 @@ class SpeedupCheck:
         if not clusters:
             raise ValueError(f"no prompt was timed with both {self.method!r} and {self.baseline!r}")
         # prompts timed by one arm only fall outside ``clusters`` and so out of the sums
-        sums = {arm: _cluster_sums(p, [self.tokens, "seconds"], clusters)[0] for arm, p in parts.items()}
+        sums = {arm: _cluster_sums(p, ["tokens", "seconds"], clusters)[0] for arm, p in parts.items()}
 
         def speedup(rows):
             (tm, sm), (tb, sb) = sums[self.method][rows].sum(0), sums[self.baseline][rows].sum(0)
