@@ -129,7 +129,7 @@ def test_views_and_separate_calls_share_the_contexts(tiny_pair):
     keys = lambda f: set(map(tuple, f[["prompt_id", "step"]].to_numpy()))
     assert keys(one) == keys(two) and len(keys(two)) == 8
     a = one.query("view == 1")["expected_tokens"]  # one drafted token: between 1 and 2 tokens per step
-    assert (a >= 1).all() and (a <= 2).all()
+    assert (a >= 1 - 1e-12).all() and (a <= 2 + 1e-12).all()  # up to float rounding (2.0000000000000004 seen)
 
 
 def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
