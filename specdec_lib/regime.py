@@ -160,8 +160,8 @@ class SweepConfig:
     traversal_depth: the chain lengths compared for block vs token, ASpS vs SpS and traversal vs token;
     binary_depth: drafted levels of the binary tree (traversal vs token); race_batch / race_sequence: the
     star and the chain of the race-drawn tree (ERSS vs GSS); tree_size / tree_depth: size (root included)
-    and depth limit of the Sequoia and k x L trees; copies: independent chains / binary trees per context;
-    mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
+    and depth limit of the Sequoia and k x L trees; copies / binary_copies: independent chains / binary trees
+    per context; mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
     this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
     verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
     index_law_at_rows`, both Rao-Blackwellised: GSS's stars; for ERSS, the race winners sampled beyond each row's 32
@@ -374,9 +374,11 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     the index for the stars of "star"). One long DataFrame (`experiments.paired_expected_tokens` columns) with
     ``experiment`` (chain | binary | race | star | trees) and,
     for the trees, ``tree`` (Sequoia | SpecInfer), ``drafted`` (the shape) and ``predicted`` (the tree's expected
-    tokens under the positional model, `theory.expected_tokens_positional`). The two trees are drafted at the same
-    target-sampled contexts (`experiments.paired_tokens_at_shared_contexts`, ``cfg.max_new_tokens`` per prompt),
-    so they are paired per context like the verifiers on one tree. "star": ERSS vs GSS on batch(race_batch) at
+    tokens under the positional model, `theory.expected_tokens_positional`). The two trees and the binary trees
+    (``cfg.binary_copies`` per context, ``draw`` = the copy) are drafted at the same target-sampled contexts
+    (`experiments.paired_tokens_at_shared_contexts`, ``cfg.max_new_tokens`` per prompt), so the trees are paired
+    per context like the verifiers on one tree; chains and race trees are drafted along the text their advancing
+    verifier decodes (`experiments.paired_tokens_by_prompt`). "star": ERSS vs GSS on batch(race_batch) at
     every matched row with the star integrated out (`star_batch_frame`); the drafted race trees keep a batch view
     too, a Monte Carlo check of it with one star per context."""
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
@@ -389,10 +391,15 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
                                                 labels={"experiment": "chain"}, advance="traversal",
                                                 copies=cfg.copies, **common))
     if "binary" in cfg.experiments:
-        d = cfg.binary_depth
-        frames.append(E.paired_tokens_by_prompt(pair, prompts, f"binary:{d + 1}", "iid", T, ["token", "traversal", "traversal_rb"],
-                                                views={f"binary:d{d}": lambda t: t}, labels={"experiment": "binary"},
-                                                advance="traversal", copies=cfg.binary_copies, **common))
+        # at every target-sampled context, like the trees: a decoded text would give few steps per prompt where
+        # acceptance is high (3.5 at 0.8 with 12 tokens), and the per-prompt noise of the binary gain is its steps'
+        copies = {f"binary {c}": (f"binary:{cfg.binary_depth + 1}", "iid") for c in range(cfg.binary_copies)}
+        binary = E.paired_tokens_at_shared_contexts(pair, prompts, copies, T, ["token", "traversal", "traversal_rb"],
+                                                    contexts=cfg.max_new_tokens, seed=cfg.seed,
+                                                    views={f"binary:d{cfg.binary_depth}": lambda t: t},
+                                                    labels={"experiment": "binary"}, progress=progress)
+        frames.append(binary.assign(draw=binary["arm"].map({name: c for c, name in enumerate(copies)}))
+                      .drop(columns="arm"))
     if "race" in cfg.experiments:
         kb, ks = min(cfg.race_batch, pair.vocab_size - 1), cfg.race_sequence
         views = {f"batch:{cfg.race_batch}": (lambda t, s=parse_shape(f"batch:{kb}x1"): E.restrict_to_shape(t, s)),

@@ -192,9 +192,9 @@ BF16_MATRIX_FLAGS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
 def cpu_features(cpuinfo: str | None = None) -> dict[str, str]:
     """The CPU model and its best native bfloat16 matrix unit ("AMX-BF16", "AVX512-BF16" or "none"), read from
     ``cpuinfo`` (default: /proc/cpuinfo; empty where it cannot be read). The default profile runs its models in
-    bfloat16: without such a unit torch emulates it and a forward over 64 tokens costs about 5x more (measured on a
-    Xeon without them: t(64) 807 ms against 157 ms with AMX-BF16), so wall-clock results of two machines that
-    differ here are not comparable."""
+    bfloat16: without such a unit torch emulates it and a forward over 64 tokens costs about 5x more (t(64) 816 ms
+    on a Xeon without one against 150 ms with AMX-BF16, data/hardware/), so wall-clock results of two machines
+    that differ here are not comparable."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
