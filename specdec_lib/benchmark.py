@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import socket
 import statistics
 import sys
@@ -44,12 +42,12 @@ from .data import Prompt, load_prompts
 from .decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
 from .models import load_model
 from .progress import tqdm
-from .results import cpu_features
+from .results import machine
 from .sampling import process_logits
 from .theory import positional_acceptance
 from .verifiers import get_verifier
 
-__all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector", "machine_info",
+__all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
            "default_output_path"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -64,15 +62,6 @@ DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_a
 def _sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def machine_info(device=None) -> dict:
-    info = {"host": socket.gethostname(), "platform": platform.platform(), "processor": platform.processor(),
-            "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), **cpu_features()}
-    if device is not None and torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
 
 
 def _versions() -> dict:
@@ -332,7 +321,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
         for r in results.values():
             r["median"]["speedup_vs_autoregressive"] = r["median"]["tokens_per_s"] / base
     report = {
-        "machine": machine_info(target.device),
+        "machine": machine(target.device),
         "versions": _versions(),
         "parameters": {"target": target.name, "draft": main_draft, "hf_draft": hf_name,
                        "drafts": {name: repr(d) for name, d in drafts.items()}, "device": str(target.device),

@@ -32,11 +32,19 @@ unbiased). Race-drawn children are tested by the token verifier in the order of 
 
 ERSS (`verifiers.erss`) has the same structure (`rao_blackwell_erss`): once its walk reaches u it emits the
 winner of u's own race under ``p_u`` and descends when that winner is one of u's children, the first k_u
-arrivals of the same race under ``q_u``. So ``A_u`` depends on u's rows and u's race only, and ``R_u`` (0 or 1
-given the ancestors' races) on what was drawn before. ``Abar_u`` is the race index law's mass on the first k_u
-indices: ERSS's first acceptance in closed form for one child (`theory.erss_first_acceptance`), otherwise
-`theory.positional_acceptance(..., "race")` (exact at tiny vocabularies, else unbiased Monte Carlo with the race
-integrated out, docs/methods/erss.md §5.4). Its cost on the offline pair (V = 49,152): 11 ms per one-child node,
+arrivals of the same race under ``q_u``. So ``A_u`` depends on u's rows and u's race only, and ``R_u`` on what
+was drawn before. ``Abar_u`` is the race index law's mass on the first k_u indices: ERSS's first acceptance in
+closed form for one child (`theory.erss_first_acceptance`), otherwise `theory.positional_acceptance(...,
+"race")` (exact at tiny vocabularies, else unbiased Monte Carlo with the race integrated out,
+docs/methods/erss.md §5.4). Given the races ``R_u`` is 0 or 1, a noisy indicator; `erss_reach` takes its
+expectation given the drafted tokens wherever that has a closed form. Along an edge from a node with ONE child
+y (a chain: y is the race's winner under q), the race given that winner still decides whether its winner under
+p is y too, with probability ``erss_joint_acceptance(p, q)[y] / q_y`` (`erss_drafted_acceptance`), and distinct
+nodes' races are independent given the tokens; so ``R_u`` is the product of these along the path, like
+token-level's product of min(1, p/q). From a node with several children the realised 0/1 of its race is kept
+(unbiased either way). On chains this leaves no race noise at all: the value is a smooth function of the
+drafted tokens, as token-level's is, so the two verifiers' difference on the same chain loses the 0/1 noise.
+Its cost on the offline pair (V = 49,152): 11 ms per one-child node,
 72 ms per node with more children (the race law's 32 enumerated winners), per view of a tree: too dear for 03's
 nested views of every tree at every context (over 15 extra minutes), which read the exact values instead.
 
@@ -50,14 +58,14 @@ from __future__ import annotations
 
 import torch
 
-from .theory import erss_first_acceptance, positional_acceptance
+from .theory import erss_first_acceptance, erss_joint_acceptance, positional_acceptance
 from .traversal_identity import first_level_acceptance_iid
 from .tree import DraftTree
 from .verifiers import erss, exact_law
 from .verifiers.token_level import draft_row, target_row
 
 __all__ = ["path_reach", "node_acceptance", "expected_node_acceptance", "rao_blackwell_tokens",
-           "expected_race_acceptance", "rao_blackwell_erss"]
+           "expected_race_acceptance", "erss_drafted_acceptance", "erss_reach", "rao_blackwell_erss"]
 
 SCHEME_OF_SAMPLING = {"iid": "iid", "without_replacement": "without_replacement", "race": "without_replacement",
                       "topk": "topk"}
@@ -142,12 +150,48 @@ def expected_race_acceptance(p: torch.Tensor, q: torch.Tensor, k: int, num_sampl
     return float(law.sum())
 
 
+def erss_drafted_acceptance(p: torch.Tensor, q: torch.Tensor, token: int) -> float:
+    """The probability that ERSS accepts the single child ``token`` drafted at a node with rows ``p``, ``q``,
+    given that it was drafted: its race's winner under q is ``token``, and the same race's winner under p is
+    ``token`` too with probability ``erss_joint_acceptance(p, q)[token] / q[token]`` (module docstring)."""
+    p = torch.as_tensor(p, dtype=torch.float64)
+    q = torch.as_tensor(q, dtype=torch.float64)
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < q.shape[-1]:
+        raise ValueError(f"token must be an int index into the rows, got {token!r}")
+    q = q / q.sum()
+    if float(q[token]) <= 0.0:
+        raise ValueError(f"token {token} has draft probability 0: it cannot have been drafted")
+    return float(erss_joint_acceptance(p / p.sum(), q)[token] / q[token])
+
+
+def erss_reach(tree: DraftTree) -> torch.Tensor:
+    """``R_v`` for ERSS on a race-drafted tree, with each single-child node's race integrated out given the
+    drafted tokens: along an edge from a node with one child, `erss_drafted_acceptance`; from a node with
+    several children, the realised 0/1 of its race (whether its winner under p is that child). The same
+    expectation as `path_reach(tree, "erss")` given the tokens (module docstring)."""
+    erss.check(tree)
+    reach = torch.zeros(tree.num_nodes, dtype=torch.float64)
+    reach[0] = 1.0
+    tokens = tree.tokens.tolist()
+    for u, kids in enumerate(tree.children):  # level order: a parent's reach is final before its children's
+        if not kids or float(reach[u]) == 0.0:
+            continue
+        p = erss.verification_row(tree, u)
+        if len(kids) == 1:
+            reach[kids[0]] = reach[u] * erss_drafted_acceptance(p, draft_row(tree, u), tokens[kids[0]])
+        else:
+            winner = erss.race_winner(tree.race[u], p)
+            for c in kids:
+                reach[c] = reach[u] if tokens[c] == winner else 0.0
+    return reach
+
+
 def rao_blackwell_erss(tree: DraftTree, num_samples: int = 8, generator: torch.Generator | None = None) -> float:
     """``1 + sum_u R_u * Abar_u`` for ERSS on a race-drafted tree: an unbiased estimate of its expected tokens at
-    the tree's context with every node's own race integrated out (module docstring; ``R_u`` is 0 or 1, so only
-    the nodes on the walk count). ``generator``: the Monte Carlo of `expected_race_acceptance` only."""
-    erss.check(tree)
-    reach = path_reach(tree, "erss")
+    the tree's context with every node's own race integrated out (module docstring; ``R_u`` from `erss_reach`:
+    on chains a product of drafted-token acceptances, below a node with several children its 0/1).
+    ``generator``: the Monte Carlo of `expected_race_acceptance` only."""
+    reach = erss_reach(tree)
     total = 1.0
     for u, kids in enumerate(tree.children):
         if kids and float(reach[u]) > 0.0:

@@ -229,8 +229,10 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
                    "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", verifier="token_rb"),
         Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "star",
                    f"batch:{cfg.race_batch}", "erss", "token"),
+        # on the chain both estimators are smooth functions of the drafted tokens: ERSS's exact value given the
+        # races is 0/1 per level (node_rao_blackwell.erss_reach)
         Comparison("erss_sequence", f"ERSS vs GSS, sequence k = {cfg.race_sequence}", "erss", "race",
-                   f"sequence:{cfg.race_sequence}", "erss", "token", sign=-1),
+                   f"sequence:{cfg.race_sequence}", "erss_rb", "token_rb", sign=-1),
     ]
     return [c for c in out if c.experiment in cfg.experiments]
 
@@ -378,7 +380,9 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     (``cfg.binary_copies`` per context, ``draw`` = the copy) are drafted at the same target-sampled contexts
     (`experiments.paired_tokens_at_shared_contexts`, ``cfg.max_new_tokens`` per prompt), so the trees are paired
     per context like the verifiers on one tree; chains and race trees are drafted along the text their advancing
-    verifier decodes (`experiments.paired_tokens_by_prompt`). "star": ERSS vs GSS on batch(race_batch) at
+    verifier decodes (`experiments.paired_tokens_by_prompt`); the race trees carry token-level's and ERSS's
+    node-Rao-Blackwellised estimators beside their exact values ("token_rb", "erss_rb": on the sequence view,
+    functions of the drafted tokens alone, `node_rao_blackwell.erss_reach`). "star": ERSS vs GSS on batch(race_batch) at
     every matched row with the star integrated out (`star_batch_frame`); the drafted race trees keep a batch view
     too, a Monte Carlo check of it with one star per context."""
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
@@ -404,7 +408,8 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
         kb, ks = min(cfg.race_batch, pair.vocab_size - 1), cfg.race_sequence
         views = {f"batch:{cfg.race_batch}": (lambda t, s=parse_shape(f"batch:{kb}x1"): E.restrict_to_shape(t, s)),
                  f"sequence:{ks}": (lambda t, s=parse_shape(f"chain:{ks}"): E.restrict_to_shape(t, s))}
-        frames.append(E.paired_tokens_by_prompt(pair, prompts, race_parents(kb, ks), "race", T, ["token", "erss"],
+        frames.append(E.paired_tokens_by_prompt(pair, prompts, race_parents(kb, ks), "race", T,
+                                                ["token", "erss", "token_rb", "erss_rb"],
                                                 views=views, labels={"experiment": "race"}, advance="erss", **common))
     if "star" in cfg.experiments:
         frames.append(star_batch_frame(rows, cfg.race_batch, cfg.star_samples, cfg.seed).assign(experiment="star"))

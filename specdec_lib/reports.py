@@ -48,10 +48,8 @@ import contextlib
 import datetime as _dt
 import fcntl
 import multiprocessing
-import functools
 import json
 import os
-import platform
 import shutil
 import signal
 import tempfile
@@ -66,7 +64,7 @@ from .report_index import (PREVIOUS_CLAIMS, build_index, claim_changes, index_ch
                            previous_claims)
 from .report_notebooks import (NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters,
                                resolve_notebooks)
-from .results import REPO_ROOT, atomic_write_text, cpu_features, git_revision, load_claims
+from .results import REPO_ROOT, atomic_write_text, git_revision, load_claims, machine
 
 PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
@@ -182,21 +180,15 @@ def _environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-@functools.lru_cache(maxsize=1)
-def machine_description() -> str:
-    """This machine in a few words: host, CPU count, processor, its bfloat16 matrix unit (`results.cpu_features`),
-    GPU if torch sees one."""
-    text = f"{platform.node() or 'unknown host'}: {os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})"
-    cpu = cpu_features()
-    if cpu:
-        text += f", {cpu['cpu_model']}, bf16 matrix unit: {cpu['bf16_matrix']}"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            text += f", {torch.cuda.get_device_name(0)}"
-    except ImportError:  # torch is a dependency; the description works without it
-        pass
+def machine_description(info: Mapping[str, Any] | None = None) -> str:
+    """A machine record (`results.machine`, default: this machine's) in a few words: host, CPU count,
+    architecture and OS, CPU model and its bfloat16 matrix unit, GPU if any."""
+    m = dict(machine() if info is None else info)
+    text = f"{m.get('hostname') or 'unknown host'}: {m.get('cpu_count')} CPUs ({m.get('architecture')}, {m.get('system')})"
+    if m.get("cpu_model"):
+        text += f", {m['cpu_model']}, bf16 matrix unit: {m.get('bf16_matrix', 'none')}"
+    if m.get("cuda_device"):
+        text += f", {m['cuda_device']}"
     return text
 
 

@@ -18,6 +18,7 @@ Run by hand (Jupyter, plain papermill), they go straight to ``reports/claims`` a
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -189,6 +190,15 @@ BF16_MATRIX_FLAGS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
 """/proc/cpuinfo flags of CPU units that multiply bfloat16 matrices natively, best first (`cpu_features`)."""
 
 
+@functools.lru_cache(maxsize=1)
+def _proc_cpuinfo() -> str:
+    """/proc/cpuinfo, read once per process ("" where it cannot be read)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_features(cpuinfo: str | None = None) -> dict[str, str]:
     """The CPU model and its best native bfloat16 matrix unit ("AMX-BF16", "AVX512-BF16" or "none"), read from
     ``cpuinfo`` (default: /proc/cpuinfo; empty where it cannot be read). The default profile runs its models in
@@ -196,10 +206,7 @@ def cpu_features(cpuinfo: str | None = None) -> dict[str, str]:
     on a Xeon without one against 150 ms with AMX-BF16, data/hardware/), so wall-clock results of two machines
     that differ here are not comparable."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = _proc_cpuinfo()
     model, flags = "", set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -213,19 +220,24 @@ def cpu_features(cpuinfo: str | None = None) -> dict[str, str]:
     return {"cpu_model": model or "unknown", "bf16_matrix": unit}
 
 
-def machine() -> dict[str, Any]:
-    """The machine: OS, CPU (model and bfloat16 matrix unit, `cpu_features`), core count, torch threads and the
-    accelerator if any."""
-    info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor() or
-                            platform.machine(), "cpu_count": os.cpu_count(), "hostname": platform.node(),
-                            **cpu_features()}
+def machine(device: Any = None) -> dict[str, Any]:
+    """The machine: host, OS, CPU (model and bfloat16 matrix unit, `cpu_features`), core count, Python, torch
+    threads and the GPU: ``device``'s where it is a CUDA device, else the first one torch sees, if any. Every
+    record of a machine (result metadata, bench files, draft training records, the reports' machine line,
+    `reports.machine_description`) is this dict."""
+    info: dict[str, Any] = {"hostname": platform.node(), "platform": platform.platform(),
+                            "system": platform.system(), "architecture": platform.machine(),
+                            "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+                            "python": platform.python_version(), **cpu_features()}
     try:
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
-        if torch.cuda.is_available():
+        if device is not None and torch.device(device).type == "cuda":
+            info["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
+        elif device is None and torch.cuda.is_available():
             info["cuda_device"] = torch.cuda.get_device_name(0)
-    except ImportError:
+    except ImportError:  # torch is a dependency; the record works without it
         pass
     return info
 

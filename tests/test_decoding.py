@@ -482,7 +482,7 @@ def test_benchmark_smoke(target, draft2, tmp_path):
     saved = json.loads(out.read_text())
     assert list(saved["methods"]) == methods and saved["parameters"]["max_new_tokens"] == 3
     assert {"machine", "versions", "parameters", "methods"} <= set(saved)
-    assert saved["versions"]["transformers"] and saved["machine"]["host"]
+    assert saved["versions"]["transformers"] and saved["machine"]["hostname"] and saved["machine"]["bf16_matrix"]
     for name in methods:
         median = saved["methods"][name]["median"]
         assert median["tokens"] <= 3 and median["tokens_per_s"] > 0

@@ -61,6 +61,12 @@ def test_the_machine_record_names_the_cpu_and_its_bfloat16_matrix_unit():
     assert set(results.cpu_features()) <= set(machine)
     if "bf16_matrix" in machine:
         assert f"bf16 matrix unit: {machine['bf16_matrix']}" in reports.machine_description()
+    # one record, every describer: the report line formats the same dict the metadata and bench files store
+    record = {"hostname": "box", "cpu_count": 2, "architecture": "x86_64", "system": "Linux", "cpu_model": "Xeon X",
+              "bf16_matrix": "AMX-BF16", "cuda_device": "NVIDIA H100"}
+    assert reports.machine_description(record) == ("box: 2 CPUs (x86_64, Linux), Xeon X, bf16 matrix unit: AMX-BF16, "
+                                                   "NVIDIA H100")
+    assert reports.machine_description({**record, "cpu_model": "", "cuda_device": None}) == "box: 2 CPUs (x86_64, Linux)"
 
 
 def test_save_results_writes_data_and_provenance(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -17,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..progress import tqdm
+from ..results import machine
 from .data import Sample, _shards, load_samples, sample_continuations, save_samples
 from .evaluate import acceptance_rate, measure_forward_times
 from .export import TARGET_NAME, _atomic_json, _RoundedWeights, export_draft
@@ -124,12 +124,6 @@ class _Log:
 
 def _progress(total, desc, enabled):
     return tqdm(total=total, desc=desc, disable=not enabled, mininterval=20, leave=False)
-
-
-def _machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 @dataclass
@@ -376,7 +370,7 @@ def _record(run: _Run, ev: dict, extra_record: dict | None) -> dict:
             "lr": config.lr, "batch_size": config.batch_size, "layers": config.layers,
             "new_tokens_per_sample": config.new_tokens, "gen_batch": config.gen_batch,
             "loss_curve": curve[::stride], "final_loss_ema": run.ema, "config": asdict(config),
-            "machine": _machine(),
+            "machine": {**machine(), "torch": torch.__version__},
         },
         "evaluation": {
             "split": "heldout", "temperature": config.temperature,

@@ -37,7 +37,8 @@ from .closed_forms import (
     expected_tokens_positional, k_sequences_expected_tokens, kary_expected_tokens, sequoia_repo_acceptance,
     table1_bounds,
 )
-from .divergences import erss_first_acceptance, harmonic_mean_divergence, kl_divergence, total_variation
+from .divergences import (erss_first_acceptance, erss_joint_acceptance, harmonic_mean_divergence, kl_divergence,
+                          total_variation)
 from .erss import (
     Lemma43Result, batch_expected_tokens, erss_specinfer_expected_tokens, index_entropy, lemma43_bound,
     lemma43_fixed_curve, STRATEGIES, strategy_shape, tau_star_tree, tau_star_vertices, tunstall_bound,
@@ -62,5 +63,5 @@ __all__ = [
     "index_entropy", "tunstall_bound", "Lemma43Result", "lemma43_bound", "lemma43_fixed_curve",
     # measurement
     "ACCEPTANCE_SCHEMES", "positional_acceptance", "acceptance_by_scheme", "erss_index_distribution", "total_variation",
-    "kl_divergence", "harmonic_mean_divergence", "erss_first_acceptance",
+    "kl_divergence", "harmonic_mean_divergence", "erss_first_acceptance", "erss_joint_acceptance",
 ]

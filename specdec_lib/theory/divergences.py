@@ -44,12 +44,13 @@ def harmonic_mean_divergence(p, q):
     return _out(terms.sum(-1), single)
 
 
-def erss_first_acceptance(p, q):
-    """Exact ERSS single-draft acceptance, docs/methods/erss.md §3.6 [derived]: sum_y 1 / sum_x max(p_x/p_y, q_x/q_y).
+def erss_joint_acceptance(p, q):
+    """Per token y, the probability that ERSS's single draft is y AND is accepted: the race winner under q and
+    the winner of the same race under p are both y, docs/methods/erss.md §3.6 [derived]:
+    1 / sum_x max(p_x/p_y, q_x/q_y) (0 where p_y = 0 or q_y = 0). Same shape as the rows.
 
-    The sum runs over y with p_y, q_y > 0. Computed in O(V log V) per row: with rho = p/q,
-    sum_x max(.) = P(rho >= rho_y)/p_y + Q(rho < rho_y)/q_y. Lemma C.1: D_HM <= this <= 1 - TV.
-    """
+    Computed in O(V log V) per row: with rho = p/q, sum_x max(.) = P(rho >= rho_y)/p_y + Q(rho < rho_y)/q_y.
+    Divided by q_y it is the acceptance of a drafted y (`node_rao_blackwell.erss_drafted_acceptance`)."""
     pp, qq, single = _pair(p, q)
     inf = torch.tensor(math.inf, dtype=torch.float64)
     zero = torch.zeros((), dtype=torch.float64)
@@ -65,4 +66,11 @@ def erss_first_acceptance(p, q):
     valid = (pp > 0) & (qq > 0)
     denom = p_at_or_above / pp.clamp_min(1e-300) + q_below / qq.clamp_min(1e-300)
     terms = torch.where(valid, 1.0 / denom.clamp_min(1e-300), torch.zeros_like(pp))
-    return _out(terms.sum(-1), single)
+    return terms[0] if single else terms
+
+
+def erss_first_acceptance(p, q):
+    """Exact ERSS single-draft acceptance, docs/methods/erss.md §3.6 [derived]: sum_y 1 / sum_x max(p_x/p_y, q_x/q_y),
+    the total of `erss_joint_acceptance`. Lemma C.1: D_HM <= this <= 1 - TV."""
+    terms = erss_joint_acceptance(p, q)
+    return float(terms.sum()) if terms.dim() == 1 else terms.sum(-1)
