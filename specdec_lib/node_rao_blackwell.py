@@ -56,6 +56,9 @@ enumerating every drafted tree on toy pairs, with a broken control.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+
 import torch
 
 from .theory import erss_first_acceptance, erss_joint_acceptance, positional_acceptance
@@ -164,26 +167,60 @@ def erss_drafted_acceptance(p: torch.Tensor, q: torch.Tensor, token: int) -> flo
     return float(erss_joint_acceptance(p / p.sum(), q)[token] / q[token])
 
 
+_SINGLE_CHILD_TERMS: "OrderedDict[tuple[bytes, int], tuple[float, float]]" = OrderedDict()
+
+
+def _single_child_terms(p: torch.Tensor, q: torch.Tensor, token: int) -> tuple[float, float]:
+    """(`erss_drafted_acceptance` of ``token``, ERSS's first acceptance) at a node with rows ``p`` (float64) and
+    ``q`` (normalised), from one `erss_joint_acceptance` (a sort of V entries: 16 ms at V = 49,152). Memoised by
+    the rows' content: nested views of one tree (03's sequences of k = 1, 2, ..., 12) copy the same rows, and a
+    digest of them costs a small fraction of the sort."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    digest.update(q.detach().cpu().contiguous().numpy().tobytes())
+    key = (digest.digest(), int(token))
+    if key not in _SINGLE_CHILD_TERMS:
+        joint = erss_joint_acceptance(p / p.sum(), q)
+        _SINGLE_CHILD_TERMS[key] = (float(joint[token] / q[token]), float(joint.sum()))
+        if len(_SINGLE_CHILD_TERMS) > 4096:
+            _SINGLE_CHILD_TERMS.popitem(last=False)
+    return _SINGLE_CHILD_TERMS[key]
+
+
+def _erss_walk(tree: DraftTree, acceptance: bool, num_samples: int = 8,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[int, float]]:
+    """`erss_reach` and, with ``acceptance``, ``Abar_u`` of every reached internal node (one sort per
+    single-child node serves both: the joint's entry at the drafted token and its total)."""
+    erss.check(tree)
+    reach = torch.zeros(tree.num_nodes, dtype=torch.float64)
+    reach[0] = 1.0
+    abar: dict[int, float] = {}
+    tokens = tree.tokens.tolist()
+    for u, kids in enumerate(tree.children):  # level order: a parent's reach is final before its children's
+        if not kids or float(reach[u]) == 0.0:
+            continue
+        p, q = erss.verification_row(tree, u).to(torch.float64), draft_row(tree, u)
+        if len(kids) == 1:
+            y = tokens[kids[0]]
+            if float(q[y]) <= 0.0:
+                raise ValueError(f"node {kids[0]}: token {y} has draft probability 0: it cannot have been drafted")
+            drafted, abar[u] = _single_child_terms(p, q, y)
+            reach[kids[0]] = reach[u] * drafted
+        else:
+            winner = erss.race_winner(tree.race[u], p)
+            for c in kids:
+                reach[c] = reach[u] if tokens[c] == winner else 0.0
+            if acceptance:
+                abar[u] = expected_race_acceptance(p, q, len(kids), num_samples, generator)
+    return reach, abar
+
+
 def erss_reach(tree: DraftTree) -> torch.Tensor:
     """``R_v`` for ERSS on a race-drafted tree, with each single-child node's race integrated out given the
     drafted tokens: along an edge from a node with one child, `erss_drafted_acceptance`; from a node with
     several children, the realised 0/1 of its race (whether its winner under p is that child). The same
     expectation as `path_reach(tree, "erss")` given the tokens (module docstring)."""
-    erss.check(tree)
-    reach = torch.zeros(tree.num_nodes, dtype=torch.float64)
-    reach[0] = 1.0
-    tokens = tree.tokens.tolist()
-    for u, kids in enumerate(tree.children):  # level order: a parent's reach is final before its children's
-        if not kids or float(reach[u]) == 0.0:
-            continue
-        p = erss.verification_row(tree, u)
-        if len(kids) == 1:
-            reach[kids[0]] = reach[u] * erss_drafted_acceptance(p, draft_row(tree, u), tokens[kids[0]])
-        else:
-            winner = erss.race_winner(tree.race[u], p)
-            for c in kids:
-                reach[c] = reach[u] if tokens[c] == winner else 0.0
-    return reach
+    return _erss_walk(tree, acceptance=False)[0]
 
 
 def rao_blackwell_erss(tree: DraftTree, num_samples: int = 8, generator: torch.Generator | None = None) -> float:
@@ -191,10 +228,5 @@ def rao_blackwell_erss(tree: DraftTree, num_samples: int = 8, generator: torch.G
     the tree's context with every node's own race integrated out (module docstring; ``R_u`` from `erss_reach`:
     on chains a product of drafted-token acceptances, below a node with several children its 0/1).
     ``generator``: the Monte Carlo of `expected_race_acceptance` only."""
-    reach = erss_reach(tree)
-    total = 1.0
-    for u, kids in enumerate(tree.children):
-        if kids and float(reach[u]) > 0.0:
-            total += float(reach[u]) * expected_race_acceptance(erss.verification_row(tree, u), draft_row(tree, u),
-                                                                len(kids), num_samples, generator)
-    return total
+    reach, abar = _erss_walk(tree, True, num_samples, generator)
+    return 1.0 + sum(float(reach[u]) * a for u, a in abar.items())
