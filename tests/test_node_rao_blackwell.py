@@ -187,6 +187,15 @@ def test_on_race_chains_erss_rb_depends_on_the_tokens_only_and_keeps_the_verifie
     for t, value in zip(trees, rb.tolist()):
         by_tokens.setdefault(tuple(t.tokens.tolist()), set()).add(round(value, 12))
     assert max(len(v) for v in by_tokens.values()) == 1 and len(by_tokens) < len(trees)
+    # a prefix view (copied rows, memoised terms) is the full chain's estimate cut after its nodes
+    from specdec_lib.tree import restrict_to_shape
+
+    for t in trees[:20]:
+        reach, abar = NRB.erss_reach(t), [NRB.expected_race_acceptance(t.target_probs[u], t.draft_probs[u], 1)
+                                          for u in range(3)]
+        for k in (1, 2, 3):
+            cut = 1.0 + sum(float(reach[u]) * abar[u] for u in range(k))
+            assert NRB.rao_blackwell_erss(restrict_to_shape(t, f"chain:{k}")) == pytest.approx(cut, abs=1e-12)
 
     def conditioned_on_the_wrong_winner(t):  # P(q's winner is y | p's winner is y): the joint over p_y, not q_y
         reach = [1.0]
