@@ -205,6 +205,13 @@ def test_sweep_on_toy_pair():
     assert set(star["view"]) == {"batch:3"} and set(star["verifier"]) == {"token", "erss"}
     assert len(star) == 2 * 2 * rows[0].shape[0]
     assert res.gains.query("key == 'erss_batch'")["steps"].tolist() == [rows[0].shape[0]] * 2
+    # ERSS vs GSS on the sequence: both estimators on every race chain, each a function of the drafted tokens
+    seq = res.frames.query("experiment == 'race' and view == 'sequence:2'")
+    assert {"token", "erss", "token_rb", "erss_rb"} <= set(seq["verifier"])
+    counts = seq.groupby("verifier").size()
+    assert counts["erss_rb"] == counts["token_rb"] == counts["erss"]
+    sequence = next(c for c in RG.comparisons(cfg) if c.key == "erss_sequence")
+    assert (sequence.method, sequence.baseline, sequence.sign) == ("erss_rb", "token_rb", -1)
     with pytest.raises(ValueError, match="index"):
         RG.run_sweep(pair, prompts, rows[:2], goals=(), cfg=cfg, n_boot=50)
 
