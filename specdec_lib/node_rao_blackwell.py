@@ -44,9 +44,10 @@ nodes' races are independent given the tokens; so ``R_u`` is the product of thes
 token-level's product of min(1, p/q). From a node with several children the realised 0/1 of its race is kept
 (unbiased either way). On chains this leaves no race noise at all: the value is a smooth function of the
 drafted tokens, as token-level's is, so the two verifiers' difference on the same chain loses the 0/1 noise.
-Its cost on the offline pair (V = 49,152): 11 ms per one-child node,
-72 ms per node with more children (the race law's 32 enumerated winners), per view of a tree: too dear for 03's
-nested views of every tree at every context (over 15 extra minutes), which read the exact values instead.
+Its cost on the offline pair (V = 49,152): 16 ms per one-child node (one sort, memoised by the rows across
+nested views of a tree), 72 ms per node with more children (the race law's 32 enumerated winners) per view: 03's
+sequences read it; its trees with branching nodes at every context would cost over 15 extra minutes, and read
+the exact values instead.
 
 Measured on the real pair (quantized draft, 32 contexts, Sequoia's 32-node DP tree and SpecInfer's 4 x 7):
 the variance of one tree's value at a context fell by 38% (Sequoia) and 47% (SpecInfer), and the variance of
@@ -164,7 +165,7 @@ def erss_drafted_acceptance(p: torch.Tensor, q: torch.Tensor, token: int) -> flo
     q = q / q.sum()
     if float(q[token]) <= 0.0:
         raise ValueError(f"token {token} has draft probability 0: it cannot have been drafted")
-    return float(erss_joint_acceptance(p / p.sum(), q)[token] / q[token])
+    return _single_child_terms(p, q, token)[0]
 
 
 _SINGLE_CHILD_TERMS: "OrderedDict[tuple[bytes, int], tuple[float, float]]" = OrderedDict()
