@@ -184,7 +184,8 @@ def machine_description(info: Mapping[str, Any] | None = None) -> str:
     """A machine record (`results.machine`, default: this machine's) in a few words: host, CPU count,
     architecture and OS, CPU model and its bfloat16 matrix unit, GPU if any."""
     m = dict(machine() if info is None else info)
-    text = f"{m.get('hostname') or 'unknown host'}: {m.get('cpu_count')} CPUs ({m.get('architecture')}, {m.get('system')})"
+    text = (f"{m.get('hostname') or 'unknown host'}: {m.get('cpu_count')} CPUs "
+            f"({m.get('architecture')}, {m.get('system')})")
     if m.get("cpu_model"):
         text += f", {m['cpu_model']}, bf16 matrix unit: {m.get('bf16_matrix', 'none')}"
     if m.get("cuda_device"):
