@@ -383,8 +383,8 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     verifier decodes (`experiments.paired_tokens_by_prompt`); the race trees carry token-level's and ERSS's
     node-Rao-Blackwellised estimators beside their exact values ("token_rb", "erss_rb": on the sequence view,
     functions of the drafted tokens alone, `node_rao_blackwell.erss_reach`). "star": ERSS vs GSS on
-    batch(race_batch) at every matched row with the star integrated out (`star_batch_frame`); the drafted race trees keep a batch view
-    too, a Monte Carlo check of it with one star per context."""
+    batch(race_batch) at every matched row with the star integrated out (`star_batch_frame`); the drafted race
+    trees keep a batch view too, a Monte Carlo check of it with one star per context."""
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
     frames = []
     if "chain" in cfg.experiments:
