@@ -77,17 +77,38 @@ def _records(payload_text: str) -> list[dict[str, Any]]:
     return [asdict(Claim(**r)) for r in json.loads(payload_text)["claims"]]
 
 
+def _git(reports: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=reports, capture_output=True, text=True, timeout=20)
+
+
+def _committed_baseline(reports: Path, name: str) -> tuple[str, str] | None:
+    """(claims text, source) of the previous committed run of ``name``: git HEAD's file while the reports folder
+    holds a newer, uncommitted run; once that run is committed too, the file as it was before the commit that
+    last changed it (so the index keeps showing what the latest run changed, whenever it is rebuilt)."""
+    relative = f"./claims/{name}.json"
+    head = _git(reports, "show", f"HEAD:{relative}")
+    if head.returncode != 0:
+        return None
+    current = reports / "claims" / f"{name}.json"
+    if not current.exists() or current.read_text(encoding="utf-8") != head.stdout:
+        return head.stdout, "git HEAD"
+    last = _git(reports, "log", "-n", "1", "--format=%H", "HEAD", "--", relative).stdout.strip()
+    before = _git(reports, "show", f"{last}~1:{relative}") if last else None
+    if before is None or before.returncode != 0:  # first committed run: nothing before it
+        return None
+    return before.stdout, f"git {last[:10]}~1"
+
+
 def previous_claims(reports_dir: Path | str, name: str) -> tuple[list[dict[str, Any]] | None, str]:
-    """The baseline a notebook's claims are compared with, and where it came from: the claims file in git
-    HEAD when the reports folder is tracked (the previous committed run), else the file the runner replaced
-    last (``.previous/claims/<name>.json``); (None, "") when there is neither."""
+    """The baseline a notebook's claims are compared with, and where it came from: the previous committed run
+    when the reports folder is tracked (`_committed_baseline`), else the file the runner replaced last
+    (``.previous/claims/<name>.json``); (None, "") when there is neither."""
     reports = Path(reports_dir)
     if reports.is_dir():
         try:
-            shown = subprocess.run(["git", "show", f"HEAD:./claims/{name}.json"], cwd=reports, capture_output=True,
-                                   text=True, timeout=20)
-            if shown.returncode == 0:
-                return _records(shown.stdout), "git HEAD"
+            committed = _committed_baseline(reports, name)
+            if committed is not None:
+                return _records(committed[0]), committed[1]
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
             pass
     kept = reports / PREVIOUS_CLAIMS / f"{name}.json"

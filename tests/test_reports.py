@@ -503,6 +503,12 @@ def test_previous_claims_come_from_git_head_when_the_reports_are_tracked(tmp_pat
     assert source == "git HEAD" and len(previous) == 4
     changes, sources = reports.index_changes(rep, ["04_block"])
     assert sources == {"04_block": "git HEAD"} and {c["change"] for c in changes} == {"removed"}
+    # once the new run is committed, the index rebuilt later still compares it with the run before it
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "new run"], check=True)
+    previous, source = reports.previous_claims(rep, "04_block")
+    assert source.startswith("git ") and source.endswith("~1") and len(previous) == 4
+    assert {c["change"] for c in reports.index_changes(rep, ["04_block"])[0]} == {"removed"}
 
 
 @pytest.mark.slow
