@@ -162,10 +162,7 @@ def erss_drafted_acceptance(p: torch.Tensor, q: torch.Tensor, token: int) -> flo
     q = torch.as_tensor(q, dtype=torch.float64)
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < q.shape[-1]:
         raise ValueError(f"token must be an int index into the rows, got {token!r}")
-    q = q / q.sum()
-    if float(q[token]) <= 0.0:
-        raise ValueError(f"token {token} has draft probability 0: it cannot have been drafted")
-    return _single_child_terms(p, q, token)[0]
+    return _single_child_terms(p, q / q.sum(), token)[0]
 
 
 _SINGLE_CHILD_TERMS: "OrderedDict[tuple[bytes, int], tuple[float, float]]" = OrderedDict()
@@ -175,7 +172,9 @@ def _single_child_terms(p: torch.Tensor, q: torch.Tensor, token: int) -> tuple[f
     """(`erss_drafted_acceptance` of ``token``, ERSS's first acceptance) at a node with rows ``p`` (float64) and
     ``q`` (normalised), from one `erss_joint_acceptance` (a sort of V entries: 16 ms at V = 49,152). Memoised by
     the rows' content: nested views of one tree (03's sequences of k = 1, 2, ..., 12) copy the same rows, and a
-    digest of them costs a small fraction of the sort."""
+    digest of them costs a small fraction of the sort. A drafted token has q > 0: ValueError otherwise."""
+    if float(q[token]) <= 0.0:
+        raise ValueError(f"token {token} has draft probability 0: it cannot have been drafted")
     digest = hashlib.blake2b(digest_size=16)
     digest.update(p.detach().cpu().contiguous().numpy().tobytes())
     digest.update(q.detach().cpu().contiguous().numpy().tobytes())
@@ -202,10 +201,7 @@ def _erss_walk(tree: DraftTree, acceptance: bool, num_samples: int = 8,
             continue
         p, q = erss.verification_row(tree, u).to(torch.float64), draft_row(tree, u)
         if len(kids) == 1:
-            y = tokens[kids[0]]
-            if float(q[y]) <= 0.0:
-                raise ValueError(f"node {kids[0]}: token {y} has draft probability 0: it cannot have been drafted")
-            drafted, abar[u] = _single_child_terms(p, q, y)
+            drafted, abar[u] = _single_child_terms(p, q, tokens[kids[0]])
             reach[kids[0]] = reach[u] * drafted
         else:
             winner = erss.race_winner(tree.race[u], p)

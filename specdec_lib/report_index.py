@@ -84,7 +84,8 @@ def _git(reports: Path, *args: str) -> subprocess.CompletedProcess:
 def _committed_baseline(reports: Path, name: str) -> tuple[str, str] | None:
     """(claims text, source) of the previous committed run of ``name``: git HEAD's file while the reports folder
     holds a newer, uncommitted run; once that run is committed too, the file as it was before the commit that
-    last changed it (so the index keeps showing what the latest run changed, whenever it is rebuilt)."""
+    last changed it (so the index keeps showing what the latest run changed, whenever it is rebuilt). A new run
+    whose claims are byte-identical to HEAD's is that committed run again, so it shows the same changes."""
     relative = f"./claims/{name}.json"
     head = _git(reports, "show", f"HEAD:{relative}")
     if head.returncode != 0:
