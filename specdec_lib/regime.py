@@ -15,7 +15,8 @@ needs no cheap draft, only drafts of higher acceptance at the same contexts. The
    out at every matched row (`star_batch_frame`), as notebook 03 does: a drafted star per context leaves
    a noise of several % around a difference of a fraction of a %;
 3. `sweep_gains`: the paired gains of `comparisons` (`experiments.paired_gain`); traversal is compared on
-   its Rao-Blackwellised estimator ``traversal_rb`` (same mean, far less noise: `traversal_identity`), the
+   its Rao-Blackwellised estimator with a control variate, ``traversal_cv`` (same mean, far less noise:
+   `traversal_identity.control_variate_ccdf`), the
    Sequoia and SpecInfer trees on ``token_rb`` (each node's own children draw integrated out, same mean:
    `node_rao_blackwell`);
 4. `run_sweep`: all of it for the real draft (lam = 0), each goal, and optionally further real drafts
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -161,7 +162,8 @@ class SweepConfig:
     binary_depth: drafted levels of the binary tree (traversal vs token); race_batch / race_sequence: the
     star and the chain of the race-drawn tree (ERSS vs GSS); tree_size / tree_depth: size (root included)
     and depth limit of the Sequoia and k x L trees; copies / binary_copies: independent chains / binary trees
-    per context; mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
+    per context; binary_copies_by_regime: regime label (`run_sweep`, e.g. "synthetic 0.80") -> binary trees per
+    context there instead (where the gain is smallest); mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
     this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
     verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
     index_law_at_rows`, both Rao-Blackwellised: GSS's stars; for ERSS, the race winners sampled beyond each row's 32
@@ -181,17 +183,33 @@ class SweepConfig:
     tree_depth: int = 8
     copies: int = 2
     binary_copies: int = 1
+    binary_copies_by_regime: dict = field(default_factory=dict)
     mc_samples: int = 8
     shape_rows: int = 32
     star_samples: dict = field(default_factory=lambda: {"token": 8, "erss": 16})
     experiments: tuple = ("chain", "binary", "race", "star", "trees")
 
+    def __post_init__(self):
+        for name in ("copies", "binary_copies"):
+            _check_count(name, getattr(self, name))
+        if not isinstance(self.binary_copies_by_regime, Mapping):
+            raise ValueError(f"binary_copies_by_regime must be a dict, got {self.binary_copies_by_regime!r}")
+        for label, count in self.binary_copies_by_regime.items():
+            _check_count(f"binary_copies_by_regime[{label!r}]", count)
+
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "SweepConfig":
-        names = set(cls.__dataclass_fields__)
-        out = cls(**{k: v for k, v in values.items() if k in names})
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"sweep: unknown settings {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        out = cls(**values)
         out.experiments = tuple(out.experiments)
         return out
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -222,9 +240,9 @@ def comparisons(cfg: SweepConfig) -> list[Comparison]:
         Comparison("asps_vs_sps", f"ASpS vs SpS, chain n = {cfg.asps_n}", "asps", "chain", f"chain:{cfg.asps_n}",
                    "asps", "token"),
         Comparison("traversal_chain", f"traversal vs token, chain depth {cfg.traversal_depth}", "traversal", "chain",
-                   f"chain:{cfg.traversal_depth}", "traversal_rb", "token"),
+                   f"chain:{cfg.traversal_depth}", "traversal_cv", "token"),
         Comparison("traversal_binary", f"traversal vs token, binary depth {cfg.binary_depth}", "traversal", "binary",
-                   f"binary:d{cfg.binary_depth}", "traversal_rb", "token"),
+                   f"binary:d{cfg.binary_depth}", "traversal_cv", "token"),
         Comparison("sequoia_vs_specinfer", f"Sequoia DP tree (w/o repl.) vs SpecInfer k×L (iid), size {cfg.tree_size}",
                    "sequoia", "trees", "tree", "Sequoia", "SpecInfer", column="tree", verifier="token_rb"),
         Comparison("erss_batch", f"ERSS vs GSS, batch k = {cfg.race_batch}", "erss", "star",
@@ -391,14 +409,16 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
         lengths = sorted({1, cfg.block_gamma, cfg.asps_n, cfg.traversal_depth, cfg.chain})
         views = {f"chain:{n}": (lambda t, n=n: E.truncate_chain(t, n)) for n in lengths if n <= cfg.chain}
         frames.append(E.paired_tokens_by_prompt(pair, prompts, f"chain:{cfg.chain}", "iid", T,
-                                                ["token", "block", "asps", "traversal", "traversal_rb"], views=views,
+                                                ["token", "block", "asps", "traversal", "traversal_rb", "traversal_cv"],
+                                                views=views,
                                                 labels={"experiment": "chain"}, advance="traversal",
                                                 copies=cfg.copies, **common))
     if "binary" in cfg.experiments:
         # at every target-sampled context, like the trees: a decoded text would give few steps per prompt where
         # acceptance is high (3.5 at 0.8 with 12 tokens), and the per-prompt noise of the binary gain is its steps'
         copies = {f"binary {c}": (f"binary:{cfg.binary_depth + 1}", "iid") for c in range(cfg.binary_copies)}
-        binary = E.paired_tokens_at_shared_contexts(pair, prompts, copies, T, ["token", "traversal", "traversal_rb"],
+        binary = E.paired_tokens_at_shared_contexts(pair, prompts, copies, T,
+                                                    ["token", "traversal", "traversal_rb", "traversal_cv"],
                                                     contexts=cfg.max_new_tokens, seed=cfg.seed,
                                                     views={f"binary:d{cfg.binary_depth}": lambda t: t},
                                                     labels={"experiment": "binary"}, progress=progress)
@@ -502,10 +522,15 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
         f = dict(regime=label, goal=float("nan"), lam=float("nan"), acceptance=acceptance(P_x, Q_x), synthetic=False)
         fits.append(f)
         regimes.append((f, lambda other=other: other, lambda rx=rows_x: rx))
+    unknown = set(cfg.binary_copies_by_regime) - {f["regime"] for f, _, _ in regimes}
+    if unknown:
+        raise ValueError(f"binary_copies_by_regime: no regime {sorted(unknown)}; the regimes are "
+                         f"{[f['regime'] for f, _, _ in regimes]}")
     frames, gains, seconds = [], [], {}
     for f, make_pair, make_rows in regimes:
         t0 = time.perf_counter()
-        frame = sweep_frames(make_pair(), prompts, make_rows(), cfg, progress)
+        regime_cfg = replace(cfg, binary_copies=cfg.binary_copies_by_regime.get(f["regime"], cfg.binary_copies))
+        frame = sweep_frames(make_pair(), prompts, make_rows(), regime_cfg, progress)
         labels = dict(regime=f["regime"], lam=f["lam"], acceptance=f["acceptance"], synthetic=f["synthetic"])
         frames.append(frame.assign(**labels))
         gains.append(sweep_gains(frame, cfg, n_boot).assign(**labels))

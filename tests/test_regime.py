@@ -252,6 +252,34 @@ def test_sweep_takes_further_real_drafts_of_the_same_target():
         RG.run_sweep(pair, prompts, rows, goals=(), cfg=cfg, n_boot=50, real_drafts={"real draft": (closer, closer_rows)})
 
 
+def test_binary_copies_by_regime_drafts_more_binary_trees_in_that_regime_only():
+    pair = E.toy_pair(8, 0.9, seed=0)
+    prompts = E.prompts_for(pair, 2)
+    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=12, progress=False)
+    cfg = RG.SweepConfig(binary_depth=2, max_new_tokens=4, experiments=("binary",),
+                         binary_copies_by_regime={"synthetic 0.70": 3})
+    res = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50)
+    draws = res.frames.groupby("regime")["draw"].unique().map(sorted)
+    assert draws["synthetic 0.70"] == [0, 1, 2] and draws["real draft"] == [0]
+    # the first copy is the tree a one-copy run drafts (each copy has its own generator)
+    one = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=RG.SweepConfig(binary_depth=2, max_new_tokens=4,
+                                                                           experiments=("binary",)), n_boot=50)
+    first = res.frames.query("draw == 0").reset_index(drop=True)
+    assert np.allclose(first["expected_tokens"], one.frames["expected_tokens"], atol=1e-12)
+    with pytest.raises(ValueError, match="binary_copies_by_regime: no regime"):
+        RG.run_sweep(pair, prompts, rows, goals=(0.7,), n_boot=50,
+                     cfg=RG.SweepConfig(experiments=("binary",), binary_copies_by_regime={"synthetic 0.80": 2}))
+
+
+@pytest.mark.parametrize("values, match", [({"binary_copie": 2}, "unknown settings"), ({"binary_copies": 0}, "binary_copies"),
+                                           ({"copies": 1.5}, "copies"),
+                                           ({"binary_copies_by_regime": {"synthetic 0.80": 0}}, "binary_copies_by_regime"),
+                                           ({"binary_copies_by_regime": [3]}, "binary_copies_by_regime")])
+def test_sweep_config_rejects_bad_settings(values, match):
+    with pytest.raises(ValueError, match=match):
+        RG.SweepConfig.from_mapping(values)
+
+
 # ----- losslessness --------------------------------------------------------------------------------
 
 def _two_token_law(target, prompt):

@@ -259,3 +259,47 @@ def test_paired_expected_tokens_takes_the_rao_blackwellised_estimator():
     assert float(probs @ tokens["traversal"]) == pytest.approx(float(probs @ tokens["traversal_rb"]), abs=1e-12)
     assert np.allclose(wide["p_accept_first"]["traversal_rb"], wide["p_accept_first"]["token"], atol=1e-14)
     assert float((tokens["traversal"] - tokens["traversal_rb"]).abs().max()) > 1e-3
+
+
+# ----- the control-variate estimator -------------------------------------------------------------------
+
+@pytest.mark.parametrize("sampling", ["iid", "without_replacement"])
+def test_control_variate_ccdf_has_traversals_mean_and_a_control_misses(sampling):
+    """rb + w (rb - raw) has traversal's exact mean over every drafted tree, level by level, for any fixed w;
+    the control, corrected by token-level's CCDF instead of traversal's own, misses it."""
+    target, draft = models("plain", seed=7)
+    trees = enumerate_drafts(target, draft, PREFIX, DEEP, sampling)
+    probs = np.array([p for p, _ in trees])
+    raw = np.stack([TI.level_ccdf("traversal", t) for _, t in trees])
+    for weight in (TI.CONTROL_VARIATE_WEIGHT, 1.0, -0.3):
+        cv = np.stack([TI.control_variate_ccdf(t, weight) for _, t in trees])
+        assert np.allclose(probs @ cv, probs @ raw, atol=1e-12)
+        assert float(np.abs(cv - raw).max()) > 1e-3  # per tree it is another number
+    rb = np.stack([TI.rao_blackwell_ccdf(t) for _, t in trees])
+    token = np.stack([TI.level_ccdf("token", t) for _, t in trees])
+    control = rb + TI.CONTROL_VARIATE_WEIGHT * (rb - token)
+    assert float(np.abs(probs @ control - probs @ raw).max()) > 1e-3
+
+
+def test_paired_expected_tokens_takes_the_control_variate_estimator():
+    target, draft = models("plain", seed=5)
+    trees = enumerate_drafts(target, draft, PREFIX, DEEP, "iid")
+    records = [TreeRecord("p", "c", i, t, 1) for i, (_, t) in enumerate(trees)]
+    frame = E.paired_expected_tokens(records, ["traversal", "traversal_rb", "traversal_cv"])
+    wide = frame.pivot_table(index="step", columns="verifier", values=["expected_tokens", "p_accept_first"])
+    tokens, first = wide["expected_tokens"], wide["p_accept_first"]
+    w = TI.CONTROL_VARIATE_WEIGHT
+    assert np.allclose(tokens["traversal_cv"], tokens["traversal_rb"] + w * (tokens["traversal_rb"] - tokens["traversal"]),
+                       atol=1e-12)
+    assert np.allclose(first["traversal_cv"], first["traversal_rb"] + w * (first["traversal_rb"] - first["traversal"]),
+                       atol=1e-12)
+    probs = np.array([p for p, _ in trees])[wide.index.to_numpy()]
+    assert float(probs @ tokens["traversal_cv"]) == pytest.approx(float(probs @ tokens["traversal"]), abs=1e-12)
+
+
+@pytest.mark.parametrize("weight", [float("nan"), True, "0.5", None])
+def test_control_variate_weight_must_be_a_finite_number(weight):
+    target, draft = models("plain", seed=5)
+    tree = enumerate_drafts(target, draft, PREFIX, FIG1, "iid")[0][1]
+    with pytest.raises(ValueError, match="weight"):
+        TI.control_variate_ccdf(tree, weight)

@@ -10,7 +10,7 @@ import torch
 
 from ..node_rao_blackwell import rao_blackwell_erss, rao_blackwell_tokens
 from ..progress import tqdm
-from ..traversal_identity import rao_blackwell_ccdf
+from ..traversal_identity import control_variate_ccdf, rao_blackwell_ccdf
 from ..tree import DraftTree
 from ..verifiers import NOT_LOSSLESS, exact_law, get_verifier
 from ..verifiers.base import Verifier, expected_tokens_from_law
@@ -30,6 +30,11 @@ def _traversal_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
     return float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
 
 
+def _traversal_cv(tree: DraftTree, seed: int) -> tuple[float, float]:
+    ccdf = control_variate_ccdf(tree)
+    return float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+
+
 def _token_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
     return rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
 
@@ -38,7 +43,8 @@ def _erss_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
     return rao_blackwell_erss(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
 
 
-RAO_BLACKWELLISED = {"traversal_rb": Estimator("traversal", _traversal_rb), "token_rb": Estimator("token", _token_rb),
+RAO_BLACKWELLISED = {"traversal_rb": Estimator("traversal", _traversal_rb),
+                     "traversal_cv": Estimator("traversal", _traversal_cv), "token_rb": Estimator("token", _token_rb),
                      "erss_rb": Estimator("erss", _erss_rb)}
 """Estimator name -> the verifier it estimates and how (`paired_expected_tokens`)."""
 MEASURED_ONLY: dict[str, Verifier] = dict(NOT_LOSSLESS)
@@ -77,7 +83,9 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     A name in `RAO_BLACKWELLISED` is an estimator, not a verifier, with the same mean at each context as the
     verifier's exact value and less drafting noise: ``"traversal_rb"``, traversal's expected tokens with the
     drafting of the levels below each level integrated out (`traversal_identity.rao_blackwell_ccdf`; its
-    ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly); ``"token_rb"``, token-level's
+    ``p_accept_first`` is token-level's P(tau >= 1) of the same tree, exactly); ``"traversal_cv"``, the same
+    corrected by a control variate of mean 0 (`traversal_identity.control_variate_ccdf`: less noise in the
+    paired difference to token-level); ``"token_rb"``, token-level's
     expected tokens with each node's own children draw integrated out (`node_rao_blackwell.rao_blackwell_tokens`,
     its Monte Carlo seeded by the tree's prompt, step, draw and view; no ``p_accept_first``: NaN); ``"erss_rb"``, the
     same for ERSS on race-drafted trees (`node_rao_blackwell.rao_blackwell_erss`: each node's own race integrated out).
