@@ -10,8 +10,10 @@
   nothing useful), and ``tqdm.auto`` is imported without its "IProgress not found" warning.
 
 * `quiet_known_warnings` -- narrow filters for known-harmless messages: transformers >= 5.2x renamed the
-  ``past_key_values`` argument and output to ``cache`` and warns about the old name, which the library keeps
-  using so that older transformers still work. Installed when ``specdec_lib`` is imported.
+  ``past_key_values`` argument and output to ``cache`` and warns about the old name. The library's own calls
+  use whichever name the installed version takes (`specdec_lib.models.kv_cache`, tested to warn nothing); the
+  filters stay for callers inside transformers that may still use the old one. Installed when ``specdec_lib``
+  is imported.
 
 Only known-harmless output is silenced here; anything else a notebook writes to stderr under the runner is
 moved out of the report into ``logs/<notebook>.stderr.txt`` and counted in the index (`specdec_lib.reports`).

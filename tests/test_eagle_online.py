@@ -113,7 +113,9 @@ def test_sample_continuations_keeps_prompts_right_pads_and_cuts_after_eos():
 
 def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     target, draft = pair
-    run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3, warmup=2)
+    # the run is timed (1.2 s): on a loaded CPU it may get a single step, late in its learning-rate decay (x0.1),
+    # so the rate is large enough that one step moves some weight by more than the tolerance below
+    run = DraftRun("d", draft, lr=0.1, inject_lr=0.1, warmup=2)
     before = {k: v.clone() for k, v in draft.trainable_state().items()}
     gen = torch.Generator().manual_seed(4)
     prompts = [torch.randint(2, VOCAB, (4,), generator=gen).tolist() for _ in range(6)]
@@ -122,7 +124,7 @@ def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     assert totals["rounds"] >= 1 and run.step >= 1 and totals["sampled_tokens"] > 0
     saved = load_file(str(tmp_path / "d.safetensors"))
     assert set(saved) == set(before)
-    assert any(not torch.allclose(saved[k].float(), before[k].float(), atol=1e-2) for k in saved)
+    assert any(not torch.allclose(saved[k].float(), before[k].float(), atol=1e-3) for k in saved)
     assert (tmp_path / "online_log.jsonl").read_text().count("\n") == totals["rounds"]
 
 

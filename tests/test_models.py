@@ -225,6 +225,31 @@ def test_level_by_level_drafting_and_pending_tokens(tiny):
     assert sess.cache.get_seq_length() == len(fixed) - 1 + len(t2)
 
 
+def test_kv_cache_goes_under_the_name_the_installed_transformers_takes(tiny):
+    """The library hands its cache over without transformers' deprecation warning (the old name goes in 5.40);
+    a forward that still takes ``past_key_values`` (transformers before the rename) gets it under that name."""
+    import warnings
+
+    from specdec_lib.models.kv_cache import cache_of, with_cache
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        sess = tiny.session([1, 2, 3])
+        sess.tree_logits([3, 4, 5], [-1, 0, 0])
+        sess.commit([1], 6, [3, 4, 5], [-1, 0, 0])
+        sess.tree_logits([6, 7], [-1, 0])
+    assert not [w for w in seen if "past_key_values" in str(w.message)], [str(w.message) for w in seen]
+
+    class OldForward(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return {"past_key_values": past_key_values}
+
+    cache = object()
+    assert with_cache(OldForward(), cache) == {"past_key_values": cache}
+    assert cache_of(OldForward()(None, **with_cache(OldForward(), cache))) is cache
+    assert cache_of({"logits": 1}) is None
+
+
 def test_tree_errors(tiny):
     sess = tiny.session([1, 2, 3])
     with pytest.raises(ValueError, match="root"):

@@ -12,6 +12,8 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..models.kv_cache import cache_of, with_cache
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUN_DIR = REPO_ROOT / "distill_runs" / "smollm2-135m-draft"
 
@@ -77,7 +79,7 @@ def sample_continuations(model, prompts: Sequence[Sequence[int]], max_new_tokens
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
                 use_cache=True)
-    cache = out.past_key_values
+    cache = cache_of(out)
     logp = torch.log_softmax(out.logits.float() / temperature, dim=-1).cpu()
     vocab = logp.shape[-1]
     k = min(topk, vocab)
@@ -113,8 +115,8 @@ def sample_continuations(model, prompts: Sequence[Sequence[int]], max_new_tokens
         mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
         step_pos = step_pos + 1
         out = model(input_ids=nxt.view(batch, 1).to(device), attention_mask=mask.to(device),
-                    position_ids=step_pos.to(device), past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                    position_ids=step_pos.to(device), use_cache=True, **with_cache(model, cache))
+        cache = cache_of(out)
         last = torch.log_softmax(out.logits[:, -1].float() / temperature, dim=-1).cpu()
         idx, vals = pick(last)
         for b in range(batch):

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import torch
 
 from .. import theory
+from ..models.kv_cache import cache_of, with_cache
 from .data import DEFAULT_RUN_DIR, Sample, load_samples
 from .export import DEFAULT_EXPORT_DIR, RECORD_FILE, TARGET_NAME, _atomic_json, load_exported, write_head_vocab
 from .loss import _rows, student_rows
@@ -68,14 +69,14 @@ def forward_time_ms(model, prefix_len: int = 100, repeats: int = 21, vocab: int 
     gen = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, vocab, (1, prefix_len), generator=gen).to(device)
     token = torch.randint(0, vocab, (1, 1), generator=gen).to(device)
-    base = model(input_ids=prefix, use_cache=True).past_key_values
+    base = cache_of(model(input_ids=prefix, use_cache=True))
     times = []
     for _ in range(repeats + 2):
         cache = copy.deepcopy(base)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        model(input_ids=token, past_key_values=cache, use_cache=True)
+        model(input_ids=token, use_cache=True, **with_cache(model, cache))
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from ..data import load_prompts
 from ..distill import seed_instructions
 from ..models import load_model
+from ..models.kv_cache import cache_of, with_cache
 
 __all__ = ["FeatureSample", "sample_with_features", "save_feature_samples", "load_feature_samples",
            "generate_shards", "training_prompts"]
@@ -73,7 +74,7 @@ def sample_with_features(model, prompts: Sequence[Sequence[int]], max_new_tokens
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
                       use_cache=True)
-    cache = out.past_key_values
+    cache = cache_of(out)
     hidden = out.last_hidden_state
     feats = [[hidden[b, width - n:].to(torch.bfloat16).cpu()] for b, n in enumerate(lens)]
     rows_idx, rows_logp = [], []
@@ -101,8 +102,8 @@ def sample_with_features(model, prompts: Sequence[Sequence[int]], max_new_tokens
         mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
         step_pos = step_pos + 1
         out = model.model(input_ids=nxt.view(batch, 1).to(device), attention_mask=mask.to(device),
-                          position_ids=step_pos.to(device), past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                          position_ids=step_pos.to(device), use_cache=True, **with_cache(model.model, cache))
+        cache = cache_of(out)
         h = out.last_hidden_state[:, -1]
         last = _head_rows(model, h, temperature).cpu()
         vals, idx = last.topk(topk, dim=-1)

@@ -31,6 +31,7 @@ from safetensors.torch import load_file
 from .. import theory
 from ..data import load_prompts
 from ..models import load_model
+from ..models.kv_cache import cache_of, with_cache
 from ..models.offline import DRAFT_DIR
 from ..models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
@@ -71,7 +72,7 @@ def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repe
     prefix = torch.randint(0, 1000, (1, prefix_len), generator=gen).to(dev)
     token = torch.randint(0, 1000, (1, 1), generator=gen).to(dev)
     hidden = draft.hidden_size
-    t_base = target_model(input_ids=prefix, use_cache=True).past_key_values
+    t_base = cache_of(target_model(input_ids=prefix, use_cache=True))
     pos = torch.arange(prefix_len)[None].to(dev)
     _, d_base = draft(prefix, torch.zeros(1, prefix_len, hidden), pos, use_cache=True)
     feat = torch.zeros(1, 1, hidden)
@@ -83,7 +84,7 @@ def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repe
         times["draft"].append(time.perf_counter() - t0)
         cache = copy.deepcopy(t_base)
         t0 = time.perf_counter()
-        target_model(input_ids=token, past_key_values=cache, use_cache=True)
+        target_model(input_ids=token, use_cache=True, **with_cache(target_model, cache))
         times["target"].append(time.perf_counter() - t0)
     d, t = (1000 * statistics.median(times[k][2:]) for k in ("draft", "target"))
     return {"draft_ms": d, "target_ms": t, "ratio": d / t, "prefix_len": prefix_len, "repeats": repeats,

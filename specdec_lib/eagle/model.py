@@ -29,6 +29,7 @@ from torch import nn
 
 from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
 from ..models.subset_head import use_subset_head
+from ..models.kv_cache import cache_of, with_cache
 
 __all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
            "load_feature_draft"]
@@ -74,8 +75,8 @@ class FeatureDraft(nn.Module):
         feats = features.to(embeds.dtype)
         embeds = embeds + self.inject(self.feature_norm(feats))
         out = self.student.model(inputs_embeds=embeds, position_ids=position_ids, attention_mask=attention_mask,
-                                 past_key_values=past_key_values, use_cache=use_cache)
-        return out.last_hidden_state, out.past_key_values
+                                 use_cache=use_cache, **with_cache(self.student.model, past_key_values))
+        return out.last_hidden_state, cache_of(out)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the full vocabulary (-inf outside a sub-vocabulary head)."""

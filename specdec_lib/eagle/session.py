@@ -24,6 +24,7 @@ import torch
 
 from ..models.cpu_linear import use_small_batch_linear
 from ..models.hf import KVSession, LanguageModel
+from ..models.kv_cache import with_cache
 from ..models.offline import load_target
 from .model import EAGLE_DIR, EAGLE_NAME, FeatureDraft, load_feature_draft
 
@@ -41,7 +42,7 @@ class FeatureTargetSession(KVSession):
     def _forward(self, ids, pos, mask, n_pending, feed, parents):
         model = self.lm.model
         out = model.model(input_ids=ids[None].to(self.lm.device), position_ids=pos[None].to(self.lm.device),
-                          attention_mask=mask, past_key_values=self.cache, use_cache=True)
+                          attention_mask=mask, use_cache=True, **with_cache(model.model, self.cache))
         hidden = out.last_hidden_state[0]
         self.features.extend(hidden[:n_pending].detach())
         for k, i in enumerate(feed):
@@ -104,7 +105,7 @@ class FeatureDraftSession(KVSession):
                                  f"draft needs the parent's output first (grow the tree level by level)")
         features = torch.stack(feats).to(self.lm.device, self.lm.dtype)
         hidden, _ = self.lm.draft(ids[None].to(self.lm.device), features[None], pos[None].to(self.lm.device),
-                                  attention_mask=mask, past_key_values=self.cache, use_cache=True)
+                                  attention_mask=mask, past_key_values=self.cache, use_cache=True)  # FeatureDraft's own API
         hidden = hidden[0, n_pending:]
         for k, i in enumerate(feed):
             self._node_hidden[i] = hidden[k]

@@ -2,7 +2,7 @@
 
 * :func:`profile` times a causal LM scoring n new tokens on top of a prefix KV cache in one forward with a
   tree attention mask (docs/ARCHITECTURE.md "Known facts": a float mask [1, 1, n, L + n], 0 where a node may
-  attend and -inf elsewhere, ``position_ids = L + depth`` and the prefix's ``past_key_values``). Warm-up
+  attend and -inf elsewhere, ``position_ids = L + depth`` and the prefix's KV cache). Warm-up
   runs, device synchronisation, medians. The same function gives the draft's cost per tree level (a
   one-token forward, ``sizes=[1]``).
 * :func:`shape_only_model` builds a randomly initialised ``LlamaForCausalLM`` with the published shape of a
@@ -31,6 +31,7 @@ import torch
 
 from ..models import load_model
 from ..models.cpu_linear import SmallBatchLinear, use_small_batch_linear
+from ..models.kv_cache import cache_of, with_cache
 from ..results import cpu_features
 from .cost_model import _times
 
@@ -196,7 +197,7 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
 
     For each n in ``sizes``: one forward over n random tokens with a float tree-attention mask
     [1, 1, n, prefix_len + n] (a chain; only the mask's shape matters for timing), ``position_ids =
-    prefix_len + depth`` and the prefix's ``past_key_values``, computing all n logit rows, as one
+    prefix_len + depth`` and the prefix's KV cache, computing all n logit rows, as one
     verification pass does (Sequoia Sec. 3.3.1 / App. docs/methods/sequoia.md §5.4; the authors' profiler uses a
     128-token prefix). The cache is cropped back to the prefix after every call. ``warmup`` untimed calls,
     then ``repeats`` timed ones, each bracketed by device synchronisation (``torch.cuda.synchronize`` on
@@ -282,7 +283,7 @@ def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int],
     vocab = int(module.config.vocab_size)
     prefix_len = prefix.shape[1]
     results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
-    cache = module(prefix, use_cache=True).past_key_values
+    cache = cache_of(module(prefix, use_cache=True))
     for n in sizes:
         ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
         mask = _chain_mask(prefix_len, n, dtype, device)
@@ -291,8 +292,7 @@ def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int],
         for i in range(warmup + repeats):
             _sync(device)
             start = time.perf_counter()
-            module(ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                   use_cache=True)
+            module(ids, attention_mask=mask, position_ids=positions, use_cache=True, **with_cache(module, cache))
             _sync(device)
             elapsed = time.perf_counter() - start
             _truncate_cache(cache, prefix_len)

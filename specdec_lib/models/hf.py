@@ -26,6 +26,7 @@ import torch
 
 from ..progress import quiet_loading
 from .cpu_linear import use_small_batch_linear
+from .kv_cache import with_cache
 
 __all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device"]
 
@@ -269,7 +270,7 @@ class KVSession:
         cache; returns the float32 logits of the fed nodes (a subclass may feed more than token ids:
         `eagle.session`)."""
         out = self.lm.model(input_ids=ids[None].to(self.lm.device), position_ids=pos[None].to(self.lm.device),
-                            attention_mask=mask, past_key_values=self.cache, use_cache=True)
+                            attention_mask=mask, use_cache=True, **with_cache(self.lm.model, self.cache))
         return out.logits[0, n_pending:].float()
 
     def _mask(self, parents, feed, new_slot, n_pending, base):
