@@ -12,6 +12,7 @@ import torch
 from specdec_lib import hardware as H
 from specdec_lib.hardware import profiling
 from specdec_lib import theory as T
+from specdec_lib.models.kv_cache import cache_of, with_cache
 
 REPO = T.sequoia_repo_acceptance()
 
@@ -143,10 +144,10 @@ def test_shape_only_model_and_tree_mask_forward(tiny_model):
     prefix = torch.randint(0, 49152, (1, 6), generator=torch.Generator().manual_seed(0))
     new = torch.randint(0, 49152, (1, 3), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
-        cache = model(prefix, use_cache=True).past_key_values
+        cache = cache_of(model(prefix, use_cache=True))
         mask = profiling._chain_mask(6, 3, torch.float32, torch.device("cpu"))
-        out = model(new, attention_mask=mask, position_ids=torch.arange(6, 9)[None], past_key_values=cache,
-                    use_cache=True).logits
+        out = model(new, attention_mask=mask, position_ids=torch.arange(6, 9)[None], use_cache=True,
+                    **with_cache(model, cache)).logits
         profiling._truncate_cache(cache, 6)
         assert cache.get_seq_length() == 6
         ref = model(torch.cat([prefix, new], 1)).logits[:, 6:]
