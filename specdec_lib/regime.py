@@ -163,11 +163,11 @@ class SweepConfig:
     star and the chain of the race-drawn tree (ERSS vs GSS); tree_size / tree_depth: size (root included)
     and depth limit of the Sequoia and k x L trees; copies / binary_copies: independent chains / binary trees
     per context; binary_copies_by_regime: regime label (`run_sweep`, e.g. "synthetic 0.80") -> binary trees per
-    context there instead (where the gain is smallest); mc_samples: Monte Carlo draws of the positional acceptance (without replacement); shape_rows: at most
-    this many of the matched rows (evenly spaced) measure the acceptance vectors of those trees; star_samples:
-    verifier -> stars integrated over per matched row for ERSS vs GSS on batch(race_batch) (`experiments.
-    index_law_at_rows`, both Rao-Blackwellised: GSS's stars; for ERSS, the race winners sampled beyond each row's 32
-    likeliest tokens)."""
+    context there instead (where the gain is smallest); mc_samples: Monte Carlo draws of the positional
+    acceptance (without replacement); shape_rows: at most this many of the matched rows (evenly spaced)
+    measure the acceptance vectors of those trees; star_samples: verifier -> stars integrated over per matched
+    row for ERSS vs GSS on batch(race_batch) (`experiments.index_law_at_rows`, both Rao-Blackwellised: GSS's
+    stars; for ERSS, the race winners sampled beyond each row's 32 likeliest tokens)."""
 
     temperature: float = 1.0
     max_new_tokens: int = 16

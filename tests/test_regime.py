@@ -271,10 +271,10 @@ def test_binary_copies_by_regime_drafts_more_binary_trees_in_that_regime_only():
                      cfg=RG.SweepConfig(experiments=("binary",), binary_copies_by_regime={"synthetic 0.80": 2}))
 
 
-@pytest.mark.parametrize("values, match", [({"binary_copie": 2}, "unknown settings"), ({"binary_copies": 0}, "binary_copies"),
-                                           ({"copies": 1.5}, "copies"),
-                                           ({"binary_copies_by_regime": {"synthetic 0.80": 0}}, "binary_copies_by_regime"),
-                                           ({"binary_copies_by_regime": [3]}, "binary_copies_by_regime")])
+@pytest.mark.parametrize("values, match", [
+    ({"binary_copie": 2}, "unknown settings"), ({"binary_copies": 0}, "binary_copies"), ({"copies": 1.5}, "copies"),
+    ({"binary_copies_by_regime": {"synthetic 0.80": 0}}, "binary_copies_by_regime"),
+    ({"binary_copies_by_regime": [3]}, "binary_copies_by_regime")])
 def test_sweep_config_rejects_bad_settings(values, match):
     with pytest.raises(ValueError, match=match):
         RG.SweepConfig.from_mapping(values)

@@ -289,10 +289,9 @@ def test_paired_expected_tokens_takes_the_control_variate_estimator():
     wide = frame.pivot_table(index="step", columns="verifier", values=["expected_tokens", "p_accept_first"])
     tokens, first = wide["expected_tokens"], wide["p_accept_first"]
     w = TI.CONTROL_VARIATE_WEIGHT
-    assert np.allclose(tokens["traversal_cv"], tokens["traversal_rb"] + w * (tokens["traversal_rb"] - tokens["traversal"]),
-                       atol=1e-12)
-    assert np.allclose(first["traversal_cv"], first["traversal_rb"] + w * (first["traversal_rb"] - first["traversal"]),
-                       atol=1e-12)
+    for part in (tokens, first):
+        assert np.allclose(part["traversal_cv"], part["traversal_rb"] + w * (part["traversal_rb"] - part["traversal"]),
+                           atol=1e-12)
     probs = np.array([p for p, _ in trees])[wide.index.to_numpy()]
     assert float(probs @ tokens["traversal_cv"]) == pytest.approx(float(probs @ tokens["traversal"]), abs=1e-12)
 

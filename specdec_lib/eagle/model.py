@@ -27,9 +27,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..models.kv_cache import cache_of, with_cache
 from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
 from ..models.subset_head import use_subset_head
-from ..models.kv_cache import cache_of, with_cache
 
 __all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
            "load_feature_draft"]
