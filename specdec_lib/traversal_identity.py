@@ -283,7 +283,8 @@ error in 17 of 20 (shape, temperature, depth) cells and raised it in 3 (chains a
 to 23%)."""
 
 
-def control_variate_ccdf(tree: DraftTree, weight: float = CONTROL_VARIATE_WEIGHT) -> np.ndarray:
+def control_variate_ccdf(tree: DraftTree, weight: float = CONTROL_VARIATE_WEIGHT,
+                         rb: np.ndarray | None = None) -> np.ndarray:
     """Traversal's P(tau >= l) for l = 0..depth, Rao-Blackwellised and corrected by a control variate:
     ``rb + weight * (rb - raw)``, with ``rb`` = `rao_blackwell_ccdf` and ``raw`` = `level_ccdf` of the tree.
 
@@ -292,10 +293,11 @@ def control_variate_ccdf(tree: DraftTree, weight: float = CONTROL_VARIATE_WEIGHT
     It is not 0 given the tree's other levels, though: the subtree noise that ``rb`` removes from term l is
     correlated with the deeper levels' terms of ``rb`` and of token-level's CCDF on the same tree. Moving
     away from ``raw`` by ``weight`` cancels part of that correlation, so the paired difference to token-level
-    on the same trees is less noisy than with ``rb`` alone (`CONTROL_VARIATE_WEIGHT`)."""
+    on the same trees is less noisy than with ``rb`` alone (`CONTROL_VARIATE_WEIGHT`). ``rb``: the tree's
+    `rao_blackwell_ccdf` when the caller has it already (its depth exact laws are the bulk of the cost)."""
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
         raise ValueError(f"weight must be a finite number, got {weight!r}")
-    rb = rao_blackwell_ccdf(tree, "traversal")
+    rb = rao_blackwell_ccdf(tree, "traversal") if rb is None else rb
     return rb + float(weight) * (rb - level_ccdf("traversal", tree))
 
 

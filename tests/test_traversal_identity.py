@@ -273,6 +273,9 @@ def test_control_variate_ccdf_has_traversals_mean_and_a_control_misses(sampling)
     raw = np.stack([TI.level_ccdf("traversal", t) for _, t in trees])
     for weight in (TI.CONTROL_VARIATE_WEIGHT, 1.0, -0.3):
         cv = np.stack([TI.control_variate_ccdf(t, weight) for _, t in trees])
+        # a caller's own Rao-Blackwellised CCDF (experiments.paired shares it between estimators) gives the same
+        given = np.stack([TI.control_variate_ccdf(t, weight, rb=TI.rao_blackwell_ccdf(t)) for _, t in trees[:50]])
+        assert np.array_equal(given, cv[:50])
         assert np.allclose(probs @ cv, probs @ raw, atol=1e-12)
         assert float(np.abs(cv - raw).max()) > 1e-3  # per tree it is another number
     rb = np.stack([TI.rao_blackwell_ccdf(t) for _, t in trees])

@@ -18,28 +18,38 @@ from .collection import TreeRecord, collect_trees
 from .setup import Pair, PromptIds
 
 class Estimator(NamedTuple):
-    """A Rao-Blackwellised estimator of ``verifier``'s expected tokens: ``estimate(tree, seed)`` gives
-    (expected tokens, p_accept_first); ``seed`` feeds its Monte Carlo, if any."""
+    """A Rao-Blackwellised estimator of ``verifier``'s expected tokens: ``estimate(tree, seed, memo)`` gives
+    (expected tokens, p_accept_first); ``seed`` feeds its Monte Carlo, if any; ``memo`` is one dict per
+    evaluated tree, shared by the estimators of that tree (so traversal_rb and traversal_cv compute the
+    Rao-Blackwellised CCDF once)."""
 
     verifier: str
-    estimate: Callable[[DraftTree, int], tuple[float, float]]
+    estimate: Callable[[DraftTree, int, dict], tuple[float, float]]
 
 
-def _traversal_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
-    ccdf = rao_blackwell_ccdf(tree, "traversal")
+def _tokens_and_first(ccdf) -> tuple[float, float]:
     return float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
 
 
-def _traversal_cv(tree: DraftTree, seed: int) -> tuple[float, float]:
-    ccdf = control_variate_ccdf(tree)
-    return float(ccdf.sum()), float(ccdf[1]) if len(ccdf) > 1 else 0.0
+def _traversal_rb_ccdf(tree: DraftTree, memo: dict):
+    if "traversal_rb" not in memo:
+        memo["traversal_rb"] = rao_blackwell_ccdf(tree, "traversal")
+    return memo["traversal_rb"]
 
 
-def _token_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
+def _traversal_rb(tree: DraftTree, seed: int, memo: dict) -> tuple[float, float]:
+    return _tokens_and_first(_traversal_rb_ccdf(tree, memo))
+
+
+def _traversal_cv(tree: DraftTree, seed: int, memo: dict) -> tuple[float, float]:
+    return _tokens_and_first(control_variate_ccdf(tree, rb=_traversal_rb_ccdf(tree, memo)))
+
+
+def _token_rb(tree: DraftTree, seed: int, memo: dict) -> tuple[float, float]:
     return rao_blackwell_tokens(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
 
 
-def _erss_rb(tree: DraftTree, seed: int) -> tuple[float, float]:
+def _erss_rb(tree: DraftTree, seed: int, memo: dict) -> tuple[float, float]:
     return rao_blackwell_erss(tree, generator=torch.Generator().manual_seed(seed)), float("nan")
 
 
@@ -100,14 +110,14 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
         iterator = tqdm(records, desc="exact expected tokens", leave=False)
     for rec in iterator:
         for view, fn in views.items():
-            tree = fn(rec.tree)
+            tree, memo = fn(rec.tree), {}
             for name in verifiers:
                 estimator = RAO_BLACKWELLISED.get(name)
                 if not applicable(estimator.verifier if estimator else name, tree):
                     continue
                 if estimator:
                     seed = zlib.crc32(f"{rec.prompt_id}/{rec.step}/{rec.draw}/{view}".encode())
-                    expected, first = estimator.estimate(tree, seed)
+                    expected, first = estimator.estimate(tree, seed, memo)
                 elif name in MEASURED_ONLY:
                     law = MEASURED_ONLY[name].law(tree, None)
                     expected, first = float(expected_tokens_from_law(tree, law)), float(1.0 - law[0].sum())
