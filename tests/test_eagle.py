@@ -12,7 +12,8 @@ import torch
 from specdec_lib.decoding import speculative_generate
 from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
-from specdec_lib.eagle.model import FeatureDraft, export_feature_draft, load_feature_draft
+from specdec_lib.eagle.model import (FeatureDraft, export_feature_draft, grow_feature_draft, load_feature_draft,
+                                    num_layers_of)
 from specdec_lib.eagle.session import FeatureDraftLM
 from specdec_lib.eagle.train import draft_levels, level_mask, pack, subset_topk_kl
 from specdec_lib.exact import chi_square_pvalue
@@ -93,6 +94,41 @@ def test_export_and_load_round_trip(tiny, tmp_path):
     even = torch.arange(0, VOCAB, 2)
     # bf16 export: the same model up to rounding, compared as distributions over the kept tokens
     assert torch.allclose(torch.softmax(got[:, even], -1), torch.softmax(ref[:, even].float(), -1), atol=2e-2)
+
+
+def test_a_grown_draft_computes_what_it_grew_from_and_loads_with_its_layers(tiny, tmp_path):
+    from specdec_lib.models.subset_head import use_subset_head
+
+    target = tiny[0]
+    small = FeatureDraft(build_student(target.model, 1))
+    with torch.no_grad():
+        small.inject.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(6))
+    use_subset_head(small.student, torch.arange(0, VOCAB, 2))
+    grown = grow_feature_draft(small, target, 2)
+    assert len(grown.student.model.layers) == 2 and grow_feature_draft(small, target, 1) is small
+    tokens = torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(5))
+    packed = pack([_sample(target, tokens, 3)])
+    with torch.no_grad():
+        for m, (a, b) in enumerate(zip(draft_levels(small, packed, 3), draft_levels(grown, packed, 3))):
+            assert torch.equal(small.head(a), grown.head(b)), m  # the added layer adds exactly zero
+    # the added layer is the target's last, but for its zeroed output projections
+    last, added = target.model.model.layers[-1].state_dict(), grown.student.model.layers[1].state_dict()
+    assert torch.equal(added["mlp.up_proj.weight"], last["mlp.up_proj.weight"])
+    assert not added["mlp.down_proj.weight"].any() and not added["self_attn.o_proj.weight"].any()
+    assert num_layers_of(grown.trainable_state()) == 2
+    with torch.no_grad():  # once trained, the added layer matters, and it survives export and loading
+        grown.student.model.layers[1].mlp.down_proj.weight.normal_(0.0, 0.3)
+    export_feature_draft(grown, tmp_path, {"note": "test"}, head_vocab=torch.arange(0, VOCAB, 2))
+    loaded = load_feature_draft(target, tmp_path)
+    assert len(loaded.student.model.layers) == 2
+    with torch.no_grad():
+        ref, got = grown.head(draft_levels(grown, packed, 1)[0]), loaded.head(draft_levels(loaded, packed, 1)[0])
+    assert not torch.allclose(ref, small.head(draft_levels(small, packed, 1)[0]))
+    even = torch.arange(0, VOCAB, 2)
+    assert torch.allclose(torch.softmax(got[:, even], -1), torch.softmax(ref[:, even].float(), -1), atol=2e-2)
+    for bad in (0, 3):  # fewer than its own layers; more than the target's
+        with pytest.raises(ValueError, match="num_layers"):
+            grow_feature_draft(small, target, bad)
 
 
 def test_subset_kl_is_the_full_kl_with_every_token_stored():

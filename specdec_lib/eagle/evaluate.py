@@ -35,7 +35,7 @@ from ..models.kv_cache import cache_of, with_cache
 from ..models.offline import DRAFT_DIR
 from ..models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
-from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft
+from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft, grow_feature_draft, num_layers_of
 from .train import acceptance_by_depth, mean_acceptance
 
 __all__ = ["heldout_samples", "forward_times", "per_prompt_acceptance", "measure", "comparison_frame",
@@ -245,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     draft.eval()
     if a.weights is not None:
         saved = {"draft": {k: v.float() for k, v in load_file(str(a.weights)).items()}, "state": {}}
+        draft = grow_feature_draft(draft, lm, num_layers_of(saved["draft"])).eval()  # a draft grown by online --layers
     else:
         saved = torch.load(run / "checkpoint.pt", weights_only=False) if not a.init else {"state": {}}
     t0 = time.time()
@@ -268,11 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     training = _online_training(a.weights) if a.weights is not None else {
         **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
         "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
+    layers = len(draft.student.model.layers)
     record = {
         "name": "smollm2-135m-eagle", "base_model": "smollm2-135m-instruct",
         "design": "feature draft (EAGLE family): input E[x_j] + W RMSNorm(f_{j-1}) (W zero-initialised), the "
-                  "2 decoder layers and norm of smollm2-135m-draft as initialisation, the target's tied head "
-                  "restricted to 8192 frequent tokens; own output fed as the feature below the root",
+                  "2 decoder layers and norm of smollm2-135m-draft as initialisation"
+                  + (f", then {layers - 2} copies of the target's last layers with zero output projections "
+                     "(model.grow_feature_draft)" if layers > 2 else "")
+                  + ", the target's tied head restricted to 8192 frequent tokens; own output fed as the feature "
+                  "below the root",
         "objective": ("forward KL(target || draft) at T=1 on the target's exact rows over the draft's head vocabulary "
                       "(online.sub_vocab_kl), summed over 3 training-time-test levels; started from the CPU-trained "
                       "feature draft" if a.weights is not None else

@@ -31,8 +31,8 @@ from ..models.kv_cache import cache_of, with_cache
 from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
 from ..models.subset_head import use_subset_head
 
-__all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "export_feature_draft",
-           "load_feature_draft"]
+__all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "grow_feature_draft",
+           "export_feature_draft", "load_feature_draft", "num_layers_of"]
 
 EAGLE_DIR = REPO_ROOT / "data" / "models" / EAGLE_NAME
 WEIGHTS_FILE = "feature_draft.safetensors"
@@ -90,7 +90,8 @@ class FeatureDraft(nn.Module):
         return state
 
 
-def _num_layers(state: dict) -> int:
+def num_layers_of(state: dict) -> int:
+    """The number of decoder layers in a stored feature draft's state (``feature_draft.safetensors``)."""
     return 1 + max(int(k.split(".")[3]) for k in state if k.startswith("student.model.layers."))
 
 
@@ -105,6 +106,39 @@ def build_feature_draft(target_lm, init_dir: Path | str | None = None) -> Featur
     dtype = student.get_input_embeddings().weight.dtype
     student.load_state_dict({k: v.to(dtype) for k, v in layers.items()}, strict=False)
     return FeatureDraft(student)
+
+
+def grow_feature_draft(draft: FeatureDraft, target_lm, num_layers: int) -> FeatureDraft:
+    """A deeper copy of ``draft`` with ``num_layers`` decoder layers that computes exactly what ``draft``
+    computes: its own layers first, then copies of the target's last layers (their attention and MLP
+    read the residual stream as the target's late layers do) with the output projections ``o_proj`` and
+    ``down_proj`` zero, so each added layer adds nothing to the residual until training moves them.
+    Its feature input, final norm and head (sub-vocabulary included) are ``draft``'s."""
+    have = len(draft.student.model.layers)
+    target = target_lm.model if hasattr(target_lm, "tokenizer") else target_lm
+    total = len(target.model.layers)
+    if not have <= int(num_layers) <= total:
+        raise ValueError(f"num_layers must be in [{have}, {total}] (the draft has {have} layers, the target "
+                         f"{total}), got {num_layers}")
+    num_layers = int(num_layers)
+    if num_layers == have:
+        return draft
+    student = build_student(target, num_layers)
+    with torch.no_grad():
+        student.model.layers[:have].load_state_dict(draft.student.model.layers.state_dict())
+        student.model.norm.load_state_dict(draft.student.model.norm.state_dict())
+        for i in range(have, num_layers):
+            layer = student.model.layers[i]
+            layer.load_state_dict(target.model.layers[total - (num_layers - i)].state_dict())
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    grown = FeatureDraft(student)
+    grown.feature_norm.load_state_dict(draft.feature_norm.state_dict())
+    grown.inject.load_state_dict(draft.inject.state_dict())
+    vocab = getattr(draft.student.lm_head, "vocab_ids", None)
+    if vocab is not None:
+        use_subset_head(student, vocab)
+    return grown.train(draft.training)
 
 
 def export_feature_draft(draft: FeatureDraft, out_dir: Path | str, record: dict,
@@ -130,11 +164,11 @@ def load_feature_draft(target_lm, directory: Path | str = EAGLE_DIR, subset_head
                          f"python -m specdec_lib.eagle.train")
     state = load_file(str(path))
     target = target_lm.model if hasattr(target_lm, "tokenizer") else target_lm
-    student = build_student(target, _num_layers(state))
+    student = build_student(target, num_layers_of(state))
     draft = FeatureDraft(student)
     expected = set(draft.trainable_state())
     if set(state) != expected:
-        raise ValueError(f"{path} does not match a {_num_layers(state)}-layer feature draft: missing "
+        raise ValueError(f"{path} does not match a {num_layers_of(state)}-layer feature draft: missing "
                          f"{sorted(expected - set(state))[:4]}, unexpected {sorted(set(state) - expected)[:4]}")
     dtype = student.get_input_embeddings().weight.dtype
     draft.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)

@@ -43,7 +43,7 @@ from ..data import load_prompts
 from ..models import load_model
 from .data import FeatureSample, training_prompts
 from ..distill.export import committed_record
-from .model import EAGLE_DIR, FeatureDraft, load_feature_draft
+from .model import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "rollout_levels", "online_loss",
@@ -307,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--init", type=Path, default=EAGLE_DIR, help="the feature draft to start from")
     ap.add_argument("--lrs", default="3e-4:1e-3,1e-3:3e-3", help="body:inject learning rates, one run each")
+    ap.add_argument("--layers", default=None,
+                    help="decoder layer counts, e.g. 3,4: one run per learning rate and count, each grown from "
+                         "--init by `model.grow_feature_draft` (same function at the start; default: --init's own)")
     ap.add_argument("--batch", type=int, default=512, help="prompts sampled at a time")
     ap.add_argument("--buffer-tokens", type=int, default=8_000_000, help="padded positions kept for training")
     ap.add_argument("--rows-per-step", type=int, default=64)
@@ -321,11 +324,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if str(a.device).startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     lm = load_model("smollm2-135m-instruct", device=a.device, dtype="float32")
+    depths = [None] if a.layers is None else [int(x) for x in a.layers.split(",")]
     runs = []
-    for k, spec in enumerate(a.lrs.split(",")):
+    for k, (spec, depth) in enumerate((s, d) for s in a.lrs.split(",") for d in depths):
         lr, inject_lr = (float(x) for x in spec.split(":"))
-        name = f"draft_{k}_lr{spec.replace(':', '_')}"
+        name = f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
         draft = load_feature_draft(lm, a.init)
+        if depth is not None:
+            draft = grow_feature_draft(draft, lm, depth)
         saved = a.out / f"{name}.safetensors"
         if saved.is_file():  # resume
             state = load_file(str(saved))
@@ -333,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(DraftRun(name, draft, lr, inject_lr))
     t0 = time.time()
     held = heldout_rollouts(lm, a.eval_per_category)
-    before = depth_acceptance(runs[0].draft, lm.model, held)  # every run starts from --init (or resumes)
+    before = depth_acceptance(runs[0].draft, lm.model, held)  # every run starts from --init's function (or resumes)
     print(json.dumps({"heldout_sequences": len(held), "acceptance_before": before,
                       "eval_s": round(time.time() - t0, 1)}), flush=True)
     prompts = [lm.encode(t).tolist() for t in training_prompts(a.seeds, seed=a.seed)]

@@ -22,7 +22,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("07_regime", "[synthetic draft] The interpolated family reaches the goal acceptances", "hit and monotone",
      "threshold"),
     ("07_regime", "[synthetic draft] Gains at the papers' acceptance (0.6–0.8) exceed the real draft's",
-     "synthetic gain > real gain", "superiority"),
+     "checked_claim(regime_growth.GrowthCheck: trend rule per comparison, every rule over them)", "every"),
     ("07_regime", "[synthetic draft, tokens/step] Block verification is optimal among chain verifiers",
      "asps - block <= 0", "noninferiority"),
     ("07_regime", "[synthetic draft, tokens/step] {title} at acceptance 0.6–0.8", "regime.range_verdict",
