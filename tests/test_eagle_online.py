@@ -11,7 +11,7 @@ from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
 from specdec_lib.eagle.model import FeatureDraft
 from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations,
-                                     sub_vocab_kl, target_features, train_online)
+                                     sub_vocab_kl, sub_vocab_rejection, target_features, train_online)
 from specdec_lib.eagle.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
@@ -67,6 +67,22 @@ def test_sub_vocab_kl_is_the_full_kl_over_the_whole_vocabulary_and_a_lower_bound
     assert bool(torch.isfinite(part).all()) and bool((outside > 0).all())
 
 
+def test_sub_vocab_rejection_is_one_minus_the_acceptance_of_token_verification():
+    from specdec_lib.regime import acceptance
+
+    gen = torch.Generator().manual_seed(1)
+    logp = torch.log_softmax(torch.randn(6, 12, generator=gen), -1)
+    logits = torch.randn(6, 12, generator=gen)
+    p, q = logp.exp(), torch.softmax(logits, -1)
+    rejection = sub_vocab_rejection(logp, logits, torch.arange(12))
+    assert torch.allclose(rejection, 0.5 * (p - q).abs().sum(-1), atol=1e-6)  # the total variation distance
+    assert float(1 - rejection.mean()) == pytest.approx(acceptance(p.double(), q.double()), abs=1e-6)
+    half = torch.arange(0, 12, 2)  # a head vocabulary: the draft is 0 outside it, the target's mass there is rejected
+    q_half = torch.zeros_like(p)
+    q_half[:, half] = torch.softmax(logits[:, half], -1)
+    assert torch.allclose(sub_vocab_rejection(logp, logits[:, half], half), 0.5 * (p - q_half).abs().sum(-1), atol=1e-6)
+
+
 def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
     target, draft = pair
     gen = torch.Generator().manual_seed(2)
@@ -89,6 +105,15 @@ def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
             kls.append(float(sub_vocab_kl(logp, h @ head[vocab].T, vocab).mean()))
     assert per_level == pytest.approx(kls, rel=1e-4)
     assert float(loss) == pytest.approx((kls[0] + 0.5 * kls[1]) / 1.5, rel=1e-4)
+    with torch.no_grad():  # the rejection objective on the same rows: level 1 is the mean rejection there
+        _, tv_levels = online_loss(draft, head, vocab, roll, 2, [1.0, 0.5], prompt_weight=0.0, objective="tv")
+        rows = [(b, i) for b, (n, pl) in enumerate(zip([8, 5], [3, 2])) for i in range(pl - 1, n - 1)]
+        f = torch.stack([feats[b, i] for b, i in rows])
+        h = torch.stack([outs[0][b, i] for b, i in rows])
+        tv1 = float(sub_vocab_rejection(torch.log_softmax(f @ head.T, -1), h @ head[vocab].T, vocab).mean())
+    assert tv_levels[0] == pytest.approx(tv1, rel=1e-4)
+    with pytest.raises(ValueError, match="objective"):
+        online_loss(draft, head, vocab, roll, 2, [1.0, 0.5], objective="js")
 
 
 def test_sample_continuations_keeps_prompts_right_pads_and_cuts_after_eos():
@@ -159,6 +184,8 @@ def test_bad_settings_are_refused(pair, tmp_path):
     target, draft = pair
     with pytest.raises(ValueError, match="lr"):
         DraftRun("d", draft, lr=0.0, inject_lr=1e-3)
+    with pytest.raises(ValueError, match="objective"):
+        DraftRun("d", draft, lr=1e-3, inject_lr=1e-3, objective="mse")
     run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3)
     with pytest.raises(ValueError, match="at least one run"):
         train_online(target, [run], [], tmp_path, 0.01, EOS, 0)

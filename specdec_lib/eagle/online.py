@@ -46,8 +46,8 @@ from ..distill.export import committed_record
 from .model import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
-__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "rollout_levels", "online_loss",
-           "DraftRun", "train_online", "heldout_rollouts", "depth_acceptance", "main"]
+__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",
+           "rollout_levels", "online_loss", "DraftRun", "train_online", "heldout_rollouts", "depth_acceptance", "main"]
 
 
 @dataclass
@@ -121,6 +121,20 @@ def sub_vocab_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_id
     return (logp.exp() * (logp - logq)).sum(-1)
 
 
+def sub_vocab_rejection(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
+    """Per row, the rejection probability of token-level speculative sampling at T = 1: 1 - sum over x of
+    min(p(x), q(x)) = TV(p, q), with q the draft's softmax over its head vocabulary ``vocab_ids`` (0 elsewhere)
+    and p the target's full law (``target_logp`` [R, V]). Minimising it maximises the acceptance the draft's
+    record measures; forward KL only bounds it (Pinsker)."""
+    p = target_logp[:, vocab_ids].float().exp()
+    q = torch.softmax(draft_logits.float(), dim=-1)
+    return 1.0 - torch.minimum(p, q).sum(-1)
+
+
+OBJECTIVES = {"kl": sub_vocab_kl, "tv": sub_vocab_rejection}
+"""Per-row training losses of `online_loss`: forward KL(target || draft) or the rejection probability (TV)."""
+
+
 def rollout_levels(draft: FeatureDraft, batch: Rollouts, levels: int) -> list[torch.Tensor]:
     """The draft's hidden states [B, L, H] at levels 1..``levels`` over right-padded rollouts with features
     (node (i, m) of row b reads x_i and the feature one level up at i - 1; the target's f_{i-1} at level 1)."""
@@ -133,13 +147,17 @@ def rollout_levels(draft: FeatureDraft, batch: Rollouts, levels: int) -> list[to
 
 
 def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch.Tensor, batch: Rollouts,
-                levels: int, level_weights: Sequence[float], prompt_weight: float = 0.2
+                levels: int, level_weights: Sequence[float], prompt_weight: float = 0.2, objective: str = "kl"
                 ) -> tuple[torch.Tensor, list[float]]:
-    """Weighted mean over levels of the position-weighted `sub_vocab_kl` of `train.train_loss`'s design:
-    node (i, m) predicts x_{i+1} against the target's row at i (from its feature and ``target_head``
-    [V, H]); continuation rows weigh 1, prompt rows ``prompt_weight``; a level-m node needs i >= m - 1."""
+    """Weighted mean over levels of the position-weighted per-row loss ``OBJECTIVES[objective]`` (`sub_vocab_kl`
+    by default) of `train.train_loss`'s design: node (i, m) predicts x_{i+1} against the target's row at i (from
+    its feature and ``target_head`` [V, H]); continuation rows weigh 1, prompt rows ``prompt_weight``; a level-m
+    node needs i >= m - 1."""
     if len(level_weights) < levels:
         raise ValueError(f"level_weights needs {levels} entries, got {len(level_weights)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
+    row_loss = OBJECTIVES[objective]
     n_rows, width = batch.ids.shape
     device = batch.ids.device
     feats = batch.features
@@ -153,8 +171,8 @@ def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch
     total, per_level = 0.0, []
     for m, hidden in enumerate(outs, start=1):
         w = (weight * (pos >= m - 1))[sel]
-        kl = sub_vocab_kl(target_logp, hidden[sel] @ head_rows.to(hidden.dtype).T, vocab_ids)
-        level_loss = (kl * w).sum() / w.sum().clamp(min=1e-9)
+        loss = row_loss(target_logp, hidden[sel] @ head_rows.to(hidden.dtype).T, vocab_ids)
+        level_loss = (loss * w).sum() / w.sum().clamp(min=1e-9)
         per_level.append(float(level_loss.detach()))
         total = total + level_weights[m - 1] * level_loss
     return total / sum(level_weights[:levels]), per_level
@@ -164,10 +182,13 @@ class DraftRun:
     """One draft in training: its optimiser (body and feature input at their own learning rates, linear
     warm-up, then a linear decay to 10% over the run's time) and its checkpoint ``<out>/<name>.safetensors``."""
 
-    def __init__(self, name: str, draft: FeatureDraft, lr: float, inject_lr: float, warmup: int = 100):
+    def __init__(self, name: str, draft: FeatureDraft, lr: float, inject_lr: float, warmup: int = 100,
+                 objective: str = "kl"):
         if lr <= 0 or inject_lr <= 0 or warmup < 1:
             raise ValueError(f"lr and inject_lr must be > 0 and warmup >= 1, got {lr}, {inject_lr}, {warmup}")
-        self.name, self.draft, self.base, self.warmup = name, draft, (lr, inject_lr), warmup
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
+        self.name, self.draft, self.base, self.warmup, self.objective = name, draft, (lr, inject_lr), warmup, objective
         draft.student.get_input_embeddings().weight.requires_grad_(False)
         inject = list(draft.inject.parameters()) + list(draft.feature_norm.parameters())
         body = [p for n, p in draft.student.named_parameters() if p.requires_grad and "embed" not in n]
@@ -242,7 +263,7 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
                 run.draft.train()
                 with torch.autocast(rows.ids.device.type, dtype=torch.bfloat16):
                     loss, per_level = online_loss(run.draft, head, run.draft.student.lm_head.vocab_ids, rows,
-                                                  levels, level_weights)
+                                                  levels, level_weights, objective=run.objective)
                 run.update(loss, (time.time() - start) / (deadline - start))
                 losses[run.name].append([float(loss.detach())] + per_level)
             totals["trained_rows"] += int(rows.ids.shape[0])
@@ -310,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--layers", default=None,
                     help="decoder layer counts, e.g. 3,4: one run per learning rate and count, each grown from "
                          "--init by `model.grow_feature_draft` (same function at the start; default: --init's own)")
+    ap.add_argument("--objectives", default="kl", help=f"training losses, one run each: {', '.join(OBJECTIVES)}")
+    ap.add_argument("--train-ratio", type=float, default=1.0, help="training time per round / its sampling time")
     ap.add_argument("--batch", type=int, default=512, help="prompts sampled at a time")
     ap.add_argument("--buffer-tokens", type=int, default=8_000_000, help="padded positions kept for training")
     ap.add_argument("--rows-per-step", type=int, default=64)
@@ -326,9 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm = load_model("smollm2-135m-instruct", device=a.device, dtype="float32")
     depths = [None] if a.layers is None else [int(x) for x in a.layers.split(",")]
     runs = []
-    for k, (spec, depth) in enumerate((s, d) for s in a.lrs.split(",") for d in depths):
+    objectives = a.objectives.split(",")
+    for k, (spec, depth, objective) in enumerate((s, d, o) for s in a.lrs.split(",") for d in depths for o in objectives):
         lr, inject_lr = (float(x) for x in spec.split(":"))
-        name = f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
+        name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
+                + ("" if objective == "kl" else f"_{objective}"))
         draft = load_feature_draft(lm, a.init)
         if depth is not None:
             draft = grow_feature_draft(draft, lm, depth)
@@ -336,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if saved.is_file():  # resume
             state = load_file(str(saved))
             draft.load_state_dict({key: v.to(torch.float32) for key, v in state.items()}, strict=False)
-        runs.append(DraftRun(name, draft, lr, inject_lr))
+        runs.append(DraftRun(name, draft, lr, inject_lr, objective=objective))
     t0 = time.time()
     held = heldout_rollouts(lm, a.eval_per_category)
     before = depth_acceptance(runs[0].draft, lm.model, held)  # every run starts from --init's function (or resumes)
@@ -346,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     random.Random(a.seed).shuffle(prompts)
     sampler = None if a.sample_dtype == "float32" else copy.deepcopy(lm.model).to(getattr(torch, a.sample_dtype))
     totals = train_online(lm.model, runs, prompts, a.out, a.minutes, lm.eos_token_id, _pad_id(lm), a.batch,
-                          a.rows_per_step, a.new_tokens, a.levels, buffer_tokens=a.buffer_tokens, seed=a.seed,
+                          a.rows_per_step, a.new_tokens, a.levels, train_ratio=a.train_ratio,
+                          buffer_tokens=a.buffer_tokens, seed=a.seed,
                           sampler=sampler, log=lambda r: print(json.dumps(r), flush=True))
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
     init_training = (committed_record(a.init) or {}).get("training") or {}
