@@ -275,3 +275,7 @@ def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_
     assert rec["sampling_dtype"] == "float32"  # summaries written before --sample-dtype existed
     assert rec["started_from"] == {"step": 10} and rec["heldout_check_t1_by_depth"]["after"] == [0.4]
     assert rec["loss_curve"] == [[1, 0.5, 450, 1.0, 0.9], [2, 1.0, 900, 0.5, 0.45]]
+    assert rec["objective"] == "kl"  # summaries written before --objectives existed
+    summary = json.loads((tmp_path / "online_summary.json").read_text())
+    (tmp_path / "online_summary.json").write_text(json.dumps({**summary, "objectives": {"d": "kl", "e": "tv"}}))
+    assert _online_training(tmp_path / "e.safetensors")["objective"] == "tv"

@@ -204,6 +204,15 @@ def _loss_curve(run_dir: Path) -> list:
             for r in rows]
 
 
+ONLINE_OBJECTIVE_TEXT = {
+    "kl": "forward KL(target || draft) at T=1 on the target's exact rows over the draft's head vocabulary "
+          "(online.sub_vocab_kl)",
+    "tv": "the rejection probability 1 - sum_x min(p, q) = TV(p, q) at T=1 on the target's exact rows, q over the "
+          "draft's head vocabulary (online.sub_vocab_rejection)",
+}
+"""The record's objective line per `online.OBJECTIVES` key."""
+
+
 def _online_training(weights: Path) -> dict:
     """The training record of a draft trained by `online` (its summary and its own losses per round), with
     the training of the draft it started from (recorded by `online` in its summary)."""
@@ -214,6 +223,7 @@ def _online_training(weights: Path) -> dict:
     return {"method": "specdec_lib.eagle.online (target sampling at T = 1 and training in one process)",
             "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
             "sampling_dtype": summary.get("sample_dtype", "float32"),
+            "objective": summary.get("objectives", {}).get(name, "kl"),  # summaries before session 23: KL only
             "sampled_tokens": summary["totals"]["sampled_tokens"], "steps": summary["totals"]["steps"].get(name),
             "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
                                           "after": summary.get("acceptance_after", {}).get(name)},
@@ -278,9 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "(model.grow_feature_draft)" if layers > 2 else "")
                   + ", the target's tied head restricted to 8192 frequent tokens; own output fed as the feature "
                   "below the root",
-        "objective": ("forward KL(target || draft) at T=1 on the target's exact rows over the draft's head vocabulary "
-                      "(online.sub_vocab_kl), summed over 3 training-time-test levels; started from the CPU-trained "
-                      "feature draft" if a.weights is not None else
+        "objective": (ONLINE_OBJECTIVE_TEXT[training["objective"]] + ", summed over 3 training-time-test levels; started "
+                      "from the committed feature draft" if a.weights is not None else
                       "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "
                       "levels (level m = depth m of a chain drafted along the sampled text)"),
         "training": training,

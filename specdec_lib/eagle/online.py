@@ -377,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
     init_training = (committed_record(a.init) or {}).get("training") or {}
     summary = {"totals": totals, "sample_dtype": a.sample_dtype, "acceptance_before": before, "acceptance_after": after,
+               "objectives": {r.name: r.objective for r in runs},
                "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device),
                "init": {"directory": str(a.init),  # how the draft it started from was trained
                         "training": {k: v for k, v in init_training.items() if k != "loss_curve"} or None}}
