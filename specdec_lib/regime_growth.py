@@ -49,7 +49,9 @@ class GrowthCheck:
     def cells(self, frame, seed: int = 0, n_boot: int = 2000) -> list[tuple[Comparison, Decision]]:
         """Each comparison with its trend decision on the growth (the same resampled prompts for every
         regime of a comparison)."""
-        missing = [c for c in ("experiment", "view", "regime", "synthetic", "prompt_id") if c not in frame.columns]
+        needed = ["experiment", "view", "regime", "synthetic", "prompt_id", "expected_tokens",
+                  *{c.column for c in self.comparisons}, *(["verifier"] if any(c.verifier for c in self.comparisons) else [])]
+        missing = [c for c in dict.fromkeys(needed) if c not in frame.columns]
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
         return [(c, self._decide(c, frame, seed, n_boot)) for c in self.comparisons]

@@ -67,5 +67,6 @@ def test_bad_frames_and_settings_are_refused():
     only_real = _frame({"real draft": 0.01})
     with pytest.raises(ValueError, match="synthetic"):
         GrowthCheck("x", [CHAIN]).evaluate(only_real)
-    with pytest.raises(ValueError, match="columns"):
-        GrowthCheck("x", [CHAIN]).evaluate(only_real.drop(columns=["synthetic"]))
+    for column in ("synthetic", "expected_tokens", "verifier"):
+        with pytest.raises(ValueError, match="columns"):
+            GrowthCheck("x", [CHAIN]).evaluate(only_real.drop(columns=[column]))
