@@ -62,6 +62,8 @@ def test_all_notebooks_run_on_smoke_profile(tmp_path):
         figures = html.count('src="data:image/png')
         if run.notebook[:2] in PAPER_REPORTS:
             assert figures >= 3, (run.notebook, figures)
+    # the synthetic draft family is labelled as such (notebook 07)
+    assert "never wall clock" in (tmp_path / "reports" / "07_regime.html").read_text()
 
 
 PAPER_REPORTS = ("01", "02", "03", "04", "05")

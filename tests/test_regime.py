@@ -5,12 +5,11 @@
 * acceptance sum_x min(p, q_lam) is non-decreasing in lam on random rows; `tune_lambda` hits its goals;
 * speculative decoding with an `InterpolatedDraft` is lossless: chi-square of the first two tokens
   against the exact target law (tiny random Llama models over 64 tokens, also with a sub-vocabulary draft);
-* the sweep runs on the toy pair, and notebook 07 runs on the smoke profile.
+* the sweep runs on the toy pair (notebook 07 on the smoke profile: tests/test_notebooks.py).
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import numpy as np
@@ -331,18 +330,3 @@ def test_chi_square_harness_detects_the_synthetic_drafts_own_law(tiny_llamas):
         b = int(torch.multinomial(torch.softmax(syn.logits(prompt + [a])[-1], -1), 1, generator=gen))
         counts[(a, b)] += 1
     assert chi_square_pvalue(counts, law) < 1e-3
-
-
-# ----- the notebook ----------------------------------------------------------------------------------
-
-@pytest.mark.slow
-def test_notebook_07_runs_on_smoke_profile(tmp_path):
-    from specdec_lib import reports
-    from specdec_lib.results import VERDICTS
-
-    runs = reports.reproduce(["07_regime"], "smoke", {"num_threads": 1}, tmp_path / "reports", tmp_path / "results", progress=False)
-    assert [r.status for r in runs] == ["ok"], [r.error for r in runs]
-    claims = json.loads((tmp_path / "reports" / "claims" / "07_regime.json").read_text())["claims"]
-    assert claims and all(c["verdict"] in VERDICTS for c in claims)
-    html = (tmp_path / "reports" / "07_regime.html").read_text()
-    assert "never wall clock" in html
