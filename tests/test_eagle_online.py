@@ -69,18 +69,19 @@ def test_sub_vocab_kl_is_the_full_kl_over_the_whole_vocabulary_and_a_lower_bound
 
 def test_sub_vocab_rejection_is_one_minus_the_acceptance_of_token_verification():
     from specdec_lib.regime import acceptance
+    from specdec_lib.theory import total_variation
 
     gen = torch.Generator().manual_seed(1)
     logp = torch.log_softmax(torch.randn(6, 12, generator=gen), -1)
     logits = torch.randn(6, 12, generator=gen)
     p, q = logp.exp(), torch.softmax(logits, -1)
     rejection = sub_vocab_rejection(logp, logits, torch.arange(12))
-    assert torch.allclose(rejection, 0.5 * (p - q).abs().sum(-1), atol=1e-6)  # the total variation distance
+    assert torch.allclose(rejection, total_variation(p, q).float(), atol=1e-6)
     assert float(1 - rejection.mean()) == pytest.approx(acceptance(p.double(), q.double()), abs=1e-6)
     half = torch.arange(0, 12, 2)  # a head vocabulary: the draft is 0 outside it, the target's mass there is rejected
     q_half = torch.zeros_like(p)
     q_half[:, half] = torch.softmax(logits[:, half], -1)
-    assert torch.allclose(sub_vocab_rejection(logp, logits[:, half], half), 0.5 * (p - q_half).abs().sum(-1), atol=1e-6)
+    assert torch.allclose(sub_vocab_rejection(logp, logits[:, half], half), total_variation(p, q_half).float(), atol=1e-6)
 
 
 def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):

@@ -125,7 +125,8 @@ def sub_vocab_rejection(target_logp: torch.Tensor, draft_logits: torch.Tensor, v
     """Per row, the rejection probability of token-level speculative sampling at T = 1: 1 - sum over x of
     min(p(x), q(x)) = TV(p, q), with q the draft's softmax over its head vocabulary ``vocab_ids`` (0 elsewhere)
     and p the target's full law (``target_logp`` [R, V]). Minimising it maximises the acceptance the draft's
-    record measures; forward KL only bounds it (Pinsker)."""
+    record measures; forward KL only bounds it (Pinsker). It is `theory.total_variation` against q padded
+    with zeros, computed over the head vocabulary only (no [R, V]-wide copy of q)."""
     p = target_logp[:, vocab_ids].float().exp()
     q = torch.softmax(draft_logits.float(), dim=-1)
     return 1.0 - torch.minimum(p, q).sum(-1)
