@@ -268,3 +268,50 @@ def test_common_random_numbers_couple_the_arms_and_keep_each_arm_s_law():
         assert abs(est - exact) < 4 * se + 1e-9, (name, est, exact, se)
     with pytest.raises(ValueError, match="common_random_numbers"):
         paired_tokens_at_shared_contexts(pair, prompts[:1], arms, progress=False, common_random_numbers=1)
+
+
+def test_copies_of_an_arm_are_independent_trees_of_its_law_and_copy_0_is_unchanged(tiny_pair):
+    """``copies_by_arm`` drafts n trees per context for an arm, labelled draw 0..n-1: copy 0 is exactly the tree
+    drafted with one copy (adding copies changes no tree), the other copies are fresh draws at the same contexts."""
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    arms = {"chain": ("chain:3", "race"), "star": ("batch:3x1", "race")}
+    one = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, 1.0, ["token"], contexts=4, seed=3, progress=False)
+    three = paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, 1.0, ["token"], contexts=4, seed=3, progress=False,
+                                             copies_by_arm={"chain": 3})
+    assert sorted(set(three.query("arm == 'chain'")["draw"])) == [0, 1, 2]
+    assert set(three.query("arm == 'star'")["draw"]) == {0} and set(one["draw"]) == {0}
+    keys = ["arm", "prompt_id", "step", "view", "verifier"]
+    merged = one.merge(three.query("draw == 0"), on=keys, suffixes=("_1", "_3"))
+    assert len(merged) == len(one) > 0
+    assert torch.allclose(torch.tensor(merged["expected_tokens_1"].to_numpy()),
+                          torch.tensor(merged["expected_tokens_3"].to_numpy()), atol=1e-5)
+    chains = three.query("arm == 'chain'").pivot_table(index=["prompt_id", "step"], columns="draw", values="expected_tokens")
+    assert len(chains) == 8 and not (chains[0] == chains[1]).all() and not (chains[1] == chains[2]).all()
+
+
+def test_copies_keep_the_arm_s_exact_expectation():
+    """Context-free toy pair: every copy's per-context mean estimates the exact expectation over drafts."""
+    target = ContextIndependentLM([0.4, 0.3, 0.2, 0.1])
+    draft = ContextIndependentLM([0.1, 0.2, 0.3, 0.4])
+    pair = E.Pair(target, draft, "toy", "context-free toy", context_free=True)
+    prompts = [_prompt([1], f"toy-{i:02d}") for i in range(30)]
+    frame = paired_tokens_at_shared_contexts(pair, prompts, {"a": ("binary:2", "iid")}, contexts=20, progress=False,
+                                             copies_by_arm={"a": 2})
+    exact = sum(w * expected_tokens("token", t)
+                for w, t in enumerate_drafts(target, draft, (1,), resolve_shape("binary:2"), "iid"))
+    for draw, part in frame.groupby("draw"):
+        est, se = part["expected_tokens"].mean(), part["expected_tokens"].std() / len(part) ** 0.5
+        assert abs(est - exact) < 4 * se + 1e-9, (draw, est, exact, se)
+    wide = frame.pivot_table(index=["prompt_id", "step"], columns="draw", values="expected_tokens")
+    assert abs(wide.corr().loc[0, 1]) < 0.2  # independent draws at the same context (the rows do not vary here)
+
+
+@pytest.mark.parametrize("copies,needle", [({"nope": 2}, r"copies_by_arm names arms that are not drafted: \['nope'\]"),
+                                           ({"a": 0}, r"copies_by_arm\['a'\] must be an int >= 1"),
+                                           ({"a": 2.0}, r"copies_by_arm\['a'\] must be an int >= 1"),
+                                           ({"a": True}, r"copies_by_arm\['a'\] must be an int >= 1"),
+                                           ([("a", 2)], "copies_by_arm must be a mapping")])
+def test_bad_copies_are_value_errors(copies, needle):
+    with pytest.raises(ValueError, match=needle):
+        paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, progress=False,
+                                         copies_by_arm=copies)

@@ -62,6 +62,26 @@ def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, 
     return {name: (kind(given[name]) if name in given else default) for name in arms}
 
 
+def _copies_per_arm(given: Mapping[str, int] | None, arms: Mapping[str, Any]) -> dict[str, int]:
+    """Trees per context of every arm: ``given[arm]`` (an int >= 1) for the arms it names, 1 for the others."""
+    if given is not None and not isinstance(given, Mapping):
+        raise ValueError(f"copies_by_arm must be a mapping arm name -> int >= 1, got {given!r}")
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(arms))
+    if unknown:
+        raise ValueError(f"copies_by_arm names arms that are not drafted: {unknown}; arms: {sorted(arms)}")
+    for name, n in given.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"copies_by_arm[{name!r}] must be an int >= 1, got {n!r}")
+    return {name: given.get(name, 1) for name in arms}
+
+
+def _generator_key(name: str, copy: int, common_random_numbers: bool) -> bytes:
+    """What seeds the generator of an arm's ``copy`` (with common random numbers, copy c of every arm shares it)."""
+    base = "common" if common_random_numbers else name
+    return (base if copy == 0 else f"{base}#copy{copy}").encode()
+
+
 def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: float, top_p: float, seed: int,
                  generator: torch.Generator) -> list[int]:
     """The target's own sample of ``contexts`` tokens after the prompt (fewer when it stops at EOS)."""
@@ -156,7 +176,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      progress: bool = True,
                                      views_by_arm: Mapping[str, Mapping[str, Callable[[DraftTree], DraftTree]]] | None = None,
                                      verifiers_by_arm: Mapping[str, Sequence[str]] | None = None,
-                                     common_random_numbers: bool = False) -> pd.DataFrame:
+                                     common_random_numbers: bool = False,
+                                     copies_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -181,6 +202,11 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     one uniform per child (inverse CDF, `drafting`), so two arms drafting one shape with them draw the same
     first child at every node and correlated later ones, and a paired difference between them loses most of the
     tree-draw noise (tests/test_shared_contexts.py measures it).
+
+    ``copies_by_arm``: arm name -> n >= 1 independent trees drafted per context for that arm (default 1), in ``draw``
+    0..n-1. Copy 0 is the tree the arm drafts with one copy (the same generator), and each further copy has a
+    generator of its own, so the copies are i.i.d. given the context: averaging them per context (as
+    `verdicts.paired_sums` does per step) divides that arm's drafting noise by n and leaves the context noise.
     """
     if not isinstance(common_random_numbers, bool):
         raise ValueError(f"common_random_numbers must be True or False, got {common_random_numbers!r}")
@@ -191,6 +217,9 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         raise ValueError(f"column {column!r} would overwrite a column of the frame; choose another name")
     views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, dict)
     verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers, list)
+    copies_of = _copies_per_arm(copies_by_arm, arms_)
+    # one drafted entry per (arm, copy): copy 0 keeps the arm's own generator, so adding copies changes no tree
+    drafted_names = [(name, c) for name in arms_ for c in range(copies_of[name])]
     frames = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
@@ -200,12 +229,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         prompt_seed = _prompt_seed(seed, prompt)
         text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
-        drafted = [(parents, sampling, torch.Generator().manual_seed(
-                        prompt_seed + zlib.crc32(b"common" if common_random_numbers else name.encode()) % 100_003))
-                   for name, (parents, sampling) in arms_.items()]
+        drafted = [(*arms_[name], torch.Generator().manual_seed(
+                        prompt_seed + zlib.crc32(_generator_key(name, copy, common_random_numbers)) % 100_003))
+                   for name, copy in drafted_names]
         for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, temperature, top_p)):
-            for name, tree in zip(arms_, trees):
-                record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample")
+            for (name, copy), tree in zip(drafted_names, trees):
+                record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample", draw=copy)
                 frames.append(paired_expected_tokens([record], verifiers_of[name], views_of[name],
                                                      labels={**dict(labels or {}), column: name}))
             release_freed_memory()  # tree rows change size every context: keep the heap from fragmenting
