@@ -279,3 +279,35 @@ def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_
     summary = json.loads((tmp_path / "online_summary.json").read_text())
     (tmp_path / "online_summary.json").write_text(json.dumps({**summary, "objectives": {"d": "kl", "e": "tv"}}))
     assert _online_training(tmp_path / "e.safetensors")["objective"] == "tv"
+
+
+def test_head_vocabulary_probe_compares_the_sub_vocabulary_head_with_the_full_one(tmp_path):
+    """A head vocabulary of every token is the full head (equal acceptance, no mass outside: the control); half the
+    vocabulary puts the target's mass outside it, as computed by hand, and scores both heads on the same positions."""
+    from specdec_lib.eagle.probes import head_vocabulary_acceptance
+
+    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
+    draft = FeatureDraft(build_student(target, 1))
+    gen = torch.Generator().manual_seed(2)
+    samples = [FeatureSample(t, n, torch.zeros(len(t) - 1, 1), torch.zeros(len(t) - 1, 1, dtype=torch.long),
+                             torch.zeros(len(t) - 1, 1))
+               for t, n in [(torch.randint(0, VOCAB, (10,), generator=gen), 4), (torch.randint(0, VOCAB, (8,), generator=gen), 3)]]
+    export_feature_draft(draft, tmp_path / "all", {}, head_vocab=torch.arange(VOCAB))
+    every = head_vocabulary_acceptance(target, samples, tmp_path / "all", depth=2)
+    assert every["head_size"] == every["vocab_size"] == VOCAB and every["positions"] == (10 - 4) + (8 - 3)
+    assert every["acceptance"]["subset"] == pytest.approx(every["acceptance"]["full"], abs=1e-4)
+    assert every["target_mass_outside"] == pytest.approx(0.0, abs=1e-6)
+    half = torch.arange(0, VOCAB, 2)
+    export_feature_draft(draft, tmp_path / "half", {}, head_vocab=half)
+    out = head_vocabulary_acceptance(target, samples, tmp_path / "half", depth=2)
+    with torch.no_grad():
+        mass = [1 - torch.softmax(target(s.tokens[None]).logits[0, s.prompt_len - 1:-1].float(), -1)[:, half].sum(-1)
+                for s in samples]
+    assert out["target_mass_outside"] == pytest.approx(float(torch.cat(mass).mean()), abs=1e-5)
+    assert out["acceptance"]["full"] == pytest.approx(every["acceptance"]["full"], abs=1e-4)
+    assert out["acceptance"]["subset"][0] < out["acceptance"]["full"][0]
+    with pytest.raises(ValueError, match="depth"):
+        head_vocabulary_acceptance(target, samples, tmp_path / "half", depth=0)
+    export_feature_draft(draft, tmp_path / "none", {})
+    with pytest.raises(ValueError, match="no head vocabulary"):
+        head_vocabulary_acceptance(target, samples, tmp_path / "none")

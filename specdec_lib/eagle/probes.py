@@ -8,10 +8,16 @@ acceptance of that read-out against the full target at target-sampled continuati
     acceptance_k = mean over positions of sum_x min(p(x), q_k(x)),   q_k = softmax(head(norm(h_k)) / T)
 
 (the measure of ``draft.json``). Trained drafts sit above their layer count's early exit; the curve
-shows where in the stack the target's distribution forms. Command line (writes
-``data/results/draft_probes/early_exit.json`` with its parameters)::
+shows where in the stack the target's distribution forms.
+
+The head-vocabulary probe (`head_vocabulary_acceptance`) asks what the committed feature draft loses by
+scoring only its head vocabulary (`models.subset_head`: q = 0 outside it): its acceptance by depth with
+that head and with the target's full tied head (the same weights), and the target's mass outside the
+head vocabulary at the same positions. Command lines (each writes ``data/results/draft_probes/<probe>.json``
+with its parameters)::
 
     python -m specdec_lib.eagle.probes --per-category 2 --new-tokens 48
+    python -m specdec_lib.eagle.probes --probe head_vocabulary --per-category 2 --new-tokens 96
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from ..data import load_prompts
 from ..models import load_model
 from ..models.offline import REPO_ROOT
 
-__all__ = ["early_exit_acceptance", "sampled_continuations", "main"]
+__all__ = ["early_exit_acceptance", "sampled_continuations", "head_vocabulary_acceptance", "main"]
 
-OUT_PATH = REPO_ROOT / "data" / "results" / "draft_probes" / "early_exit.json"
+OUT_DIR = REPO_ROOT / "data" / "results" / "draft_probes"
+PROBES = ("early_exit", "head_vocabulary")
 
 
 @torch.no_grad()
@@ -83,26 +90,71 @@ def sampled_continuations(lm, per_category: int, new_tokens: int, temperature: f
     return out
 
 
+@torch.no_grad()
+def head_vocabulary_acceptance(target_model, samples, directory: Path | str | None = None, depth: int = 2) -> dict:
+    """The feature draft of ``directory`` (default: the committed one) with its sub-vocabulary head and with the
+    target's full tied head: mean acceptance sum_x min(p, q) at T = 1 by depth 1..``depth``
+    (`online.depth_acceptance`) over the continuation positions of ``samples`` (`FeatureSample` s, e.g.
+    `online.heldout_rollouts`), and the target's mean probability mass outside the head vocabulary there.
+    Returns {"head_size", "vocab_size", "acceptance": {"subset": [...], "full": [...]}, "target_mass_outside",
+    "positions"}."""
+    from .model import EAGLE_DIR, load_feature_draft
+    from .online import depth_acceptance
+
+    directory = Path(directory) if directory is not None else EAGLE_DIR
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    if not samples:
+        raise ValueError("samples must hold at least one sequence")
+    subset = load_feature_draft(target_model, directory, subset_head=True)
+    vocab_ids = getattr(subset.student.get_output_embeddings(), "vocab_ids", None)
+    if vocab_ids is None:
+        raise ValueError(f"the draft in {directory} has no head vocabulary file: nothing to compare")
+    full = load_feature_draft(target_model, directory, subset_head=False)
+    outside, positions = 0.0, 0
+    device = target_model.get_input_embeddings().weight.device
+    for s in samples:
+        rows = slice(int(s.prompt_len) - 1, len(s.tokens) - 1)
+        hidden = target_model.model(input_ids=s.tokens[None].to(device)).last_hidden_state[0, rows]
+        p = torch.softmax(target_model.lm_head(hidden).float(), -1)
+        outside += float((1.0 - p[:, vocab_ids.to(p.device)].sum(-1)).sum())
+        positions += p.shape[0]
+    return {"head_size": int(vocab_ids.numel()), "vocab_size": int(target_model.get_output_embeddings().weight.shape[0]),
+            "acceptance": {"subset": depth_acceptance(subset, target_model, samples, depth),
+                           "full": depth_acceptance(full, target_model, samples, depth)},
+            "target_mass_outside": outside / max(positions, 1), "positions": positions}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--probe", default="early_exit", choices=PROBES)
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=1.0, help="early_exit only (head_vocabulary: T = 1)")
+    ap.add_argument("--depth", type=int, default=2, help="head_vocabulary: drafted depths measured")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(OUT_PATH))
+    ap.add_argument("--out", default=None, help="default: data/results/draft_probes/<probe>.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     lm = load_model("smollm2-135m-instruct", dtype=a.dtype)
-    sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
-    num_layers = len(lm.model.model.layers)
-    result = early_exit_acceptance(lm.model, sequences, list(range(2, num_layers + 1, 2)), a.temperature)
-    record = {"parameters": vars(a), "target": lm.name, "prompts": len(sequences),
+    if a.probe == "early_exit":
+        sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
+        num_layers = len(lm.model.model.layers)
+        result = early_exit_acceptance(lm.model, sequences, list(range(2, num_layers + 1, 2)), a.temperature)
+        shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
+    else:
+        from .online import heldout_rollouts
+
+        sequences = heldout_rollouts(lm, a.per_category, a.new_tokens)
+        result = head_vocabulary_acceptance(lm.model, sequences, depth=a.depth)
+        shown = {**result["acceptance"], "target_mass_outside": round(result["target_mass_outside"], 4)}
+    record = {"probe": a.probe, "parameters": vars(a), "target": lm.name, "prompts": len(sequences),
               "machine": f"{platform.machine()} {platform.system()}", **result}
-    out = Path(a.out)
+    out = Path(a.out) if a.out else OUT_DIR / f"{a.probe}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
-    print(json.dumps({k: round(v, 4) for k, v in result["acceptance"].items()}))
+    print(json.dumps(shown))
     return 0
 
 
