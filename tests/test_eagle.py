@@ -279,6 +279,9 @@ def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_
     summary = json.loads((tmp_path / "online_summary.json").read_text())
     (tmp_path / "online_summary.json").write_text(json.dumps({**summary, "objectives": {"d": "kl", "e": "tv"}}))
     assert _online_training(tmp_path / "e.safetensors")["objective"] == "tv"
+    assert _online_training(tmp_path / "e.safetensors")["head"] == "committed"  # summaries before --heads existed
+    (tmp_path / "online_summary.json").write_text(json.dumps({**summary, "heads": {"d": "committed", "e": "full"}}))
+    assert _online_training(tmp_path / "e.safetensors")["head"] == "full"
 
 
 def test_head_vocabulary_probe_compares_the_sub_vocabulary_head_with_the_full_one(tmp_path):
@@ -311,3 +314,15 @@ def test_head_vocabulary_probe_compares_the_sub_vocabulary_head_with_the_full_on
     export_feature_draft(draft, tmp_path / "none", {})
     with pytest.raises(ValueError, match="no head vocabulary"):
         head_vocabulary_acceptance(target, samples, tmp_path / "none")
+
+
+def test_an_export_without_a_head_vocabulary_loads_with_the_full_head(tmp_path):
+    """Exporting a full-head draft over a directory that held a head vocabulary removes the stale file: the
+    reloaded draft has the plain tied head, not the earlier sub-vocabulary one."""
+    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
+    draft = FeatureDraft(build_student(target, 1))
+    export_feature_draft(draft, tmp_path, {}, head_vocab=torch.arange(0, VOCAB, 2))
+    assert getattr(load_feature_draft(target, tmp_path).student.get_output_embeddings(), "vocab_ids", None) is not None
+    export_feature_draft(draft, tmp_path, {})
+    assert not (tmp_path / "head_vocab.safetensors").exists()
+    assert getattr(load_feature_draft(target, tmp_path).student.get_output_embeddings(), "vocab_ids", None) is None

@@ -11,7 +11,7 @@ from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
 from specdec_lib.eagle.model import FeatureDraft
 from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations,
-                                     sub_vocab_kl, sub_vocab_rejection, target_features, train_online)
+                                     sub_vocab_kl, sub_vocab_rejection, target_features, train_online, with_head)
 from specdec_lib.eagle.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
@@ -195,3 +195,20 @@ def test_bad_settings_are_refused(pair, tmp_path):
     with pytest.raises(ValueError, match="level_weights"):
         online_loss(draft, target.get_output_embeddings().weight, draft.student.lm_head.vocab_ids,
                     _rollouts(target, [[2, 3, 4]], [1]), 3, [1.0])
+
+
+def test_a_full_head_scores_every_token_as_the_plain_tied_head_does(pair):
+    """``with_head(draft, "full")``: the head's vocabulary is every token and its logits are the tied head's own, so
+    `online_loss` trains against the whole row; "committed" keeps the sub-vocabulary (its logits -inf elsewhere)."""
+    target, draft = pair
+    h = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
+    committed = with_head(draft, "committed").student.get_output_embeddings()
+    assert committed.vocab_ids.tolist() == list(range(0, VOCAB, 2)) and torch.isinf(committed(h)[:, 1]).all()
+    full = with_head(draft, "full").student.get_output_embeddings()
+    assert full.vocab_ids.tolist() == list(range(VOCAB))
+    assert torch.allclose(full(h), h @ target.get_output_embeddings().weight.T, atol=1e-5)
+    with pytest.raises(ValueError, match="head must be one of"):
+        with_head(draft, "wide")
+    plain = FeatureDraft(build_student(target, 1))
+    with pytest.raises(ValueError, match="no sub-vocabulary head"):
+        with_head(plain, "full")

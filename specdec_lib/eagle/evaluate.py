@@ -224,6 +224,7 @@ def _online_training(weights: Path) -> dict:
             "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
             "sampling_dtype": summary.get("sample_dtype", "float32"),
             "objective": summary.get("objectives", {}).get(name, "kl"),  # summaries before session 23: KL only
+            "head": summary.get("heads", {}).get(name, "committed"),  # before session 24: the committed head only
             "sampled_tokens": summary["totals"]["sampled_tokens"], "steps": summary["totals"]["steps"].get(name),
             "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
                                           "after": summary.get("acceptance_after", {}).get(name)},
@@ -250,8 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = Path(a.run_dir)
     lm = load_model("smollm2-135m-instruct")
     draft = build_feature_draft(lm)
-    head_vocab = load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
-    use_subset_head(draft.student, head_vocab)
+    # a draft trained with the full head by `online --heads full` is measured and exported with it (no vocabulary file)
+    full_head = a.weights is not None and _online_training(a.weights)["head"] == "full"
+    head_vocab = None if full_head else load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
+    if head_vocab is not None:
+        use_subset_head(draft.student, head_vocab)
     draft.eval()
     if a.weights is not None:
         saved = {"draft": {k: v.float() for k, v in load_file(str(a.weights)).items()}, "state": {}}
@@ -286,8 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "2 decoder layers and norm of smollm2-135m-draft as initialisation"
                   + (f", then {layers - 2} copies of the target's last layers with zero output projections "
                      "(model.grow_feature_draft)" if layers > 2 else "")
-                  + ", the target's tied head restricted to 8192 frequent tokens; own output fed as the feature "
-                  "below the root",
+                  + (", the target's full tied head" if full_head else
+                     ", the target's tied head restricted to 8192 frequent tokens")
+                  + "; own output fed as the feature below the root",
         "objective": (ONLINE_OBJECTIVE_TEXT[training["objective"]] + ", summed over 3 training-time-test levels; started "
                       "from the committed feature draft" if a.weights is not None else
                       "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "

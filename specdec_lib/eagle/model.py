@@ -143,13 +143,17 @@ def grow_feature_draft(draft: FeatureDraft, target_lm, num_layers: int) -> Featu
 
 def export_feature_draft(draft: FeatureDraft, out_dir: Path | str, record: dict,
                          head_vocab: torch.Tensor | None = None) -> Path:
-    """Write the weights (bfloat16), the head vocabulary and ``draft.json`` to ``out_dir``."""
+    """Write the weights (bfloat16), the head vocabulary and ``draft.json`` to ``out_dir``. Without
+    ``head_vocab`` the draft uses the full tied head: a head vocabulary file left there by an earlier export is
+    removed (`load_feature_draft` would otherwise restrict the head to it)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in draft.trainable_state().items()},
               str(out_dir / WEIGHTS_FILE))
     if head_vocab is not None:
         save_file({"vocab_ids": head_vocab.to(torch.int64).contiguous()}, str(out_dir / HEAD_VOCAB_FILE))
+    else:
+        (out_dir / HEAD_VOCAB_FILE).unlink(missing_ok=True)
     (out_dir / RECORD_FILE).write_text(json.dumps(record, indent=1))
     return out_dir
 

@@ -43,11 +43,13 @@ from ..data import load_prompts
 from ..models import load_model
 from .data import FeatureSample, training_prompts
 from ..distill.export import committed_record
+from ..models.subset_head import use_subset_head
 from .model import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",
-           "rollout_levels", "online_loss", "DraftRun", "train_online", "heldout_rollouts", "depth_acceptance", "main"]
+           "HEADS", "with_head", "rollout_levels", "online_loss", "DraftRun", "train_online", "heldout_rollouts",
+           "depth_acceptance", "main"]
 
 
 @dataclass
@@ -134,6 +136,25 @@ def sub_vocab_rejection(target_logp: torch.Tensor, draft_logits: torch.Tensor, v
 
 OBJECTIVES = {"kl": sub_vocab_kl, "tv": sub_vocab_rejection}
 """Per-row training losses of `online_loss`: forward KL(target || draft) or the rejection probability (TV)."""
+
+
+HEADS = ("committed", "full")
+"""Head vocabularies a run trains with: the committed draft's (8192 frequent tokens; the target puts ~10% of its
+mass outside them, `probes.head_vocabulary_acceptance`) or the target's full tied head (every token)."""
+
+
+def with_head(draft: FeatureDraft, head: str) -> FeatureDraft:
+    """``draft`` training with the head vocabulary ``head`` (`HEADS`): "committed" leaves its sub-vocabulary head,
+    "full" makes it a `SubsetHead` over every token (the same function as the plain tied head, and the
+    ``vocab_ids`` that `online_loss` reads)."""
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+    if getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
+        raise ValueError("the draft has no sub-vocabulary head (models.subset_head): load it with its head vocabulary")
+    if head == "full":
+        weight = draft.student.get_output_embeddings().weight
+        use_subset_head(draft.student, torch.arange(weight.shape[0], device=weight.device))
+    return draft
 
 
 def rollout_levels(draft: FeatureDraft, batch: Rollouts, levels: int) -> list[torch.Tensor]:
@@ -333,6 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="decoder layer counts, e.g. 3,4: one run per learning rate and count, each grown from "
                          "--init by `model.grow_feature_draft` (same function at the start; default: --init's own)")
     ap.add_argument("--objectives", default="kl", help=f"training losses, one run each: {', '.join(OBJECTIVES)}")
+    ap.add_argument("--heads", default="committed",
+                    help=f"head vocabularies, one run each: {', '.join(HEADS)} (the committed 8192 tokens or all)")
     ap.add_argument("--train-ratio", type=float, default=1.0, help="training time per round / its sampling time")
     ap.add_argument("--batch", type=int, default=512, help="prompts sampled at a time")
     ap.add_argument("--buffer-tokens", type=int, default=8_000_000, help="padded positions kept for training")
@@ -350,14 +373,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm = load_model("smollm2-135m-instruct", device=a.device, dtype="float32")
     depths = [None] if a.layers is None else [int(x) for x in a.layers.split(",")]
     runs = []
-    objectives = a.objectives.split(",")
-    for k, (spec, depth, objective) in enumerate((s, d, o) for s in a.lrs.split(",") for d in depths for o in objectives):
+    objectives, heads = a.objectives.split(","), a.heads.split(",")
+    bad = [h for h in heads if h not in HEADS]
+    if bad:
+        ap.error(f"--heads: unknown {bad}; known: {', '.join(HEADS)}")
+    settings = [(s, d, o, h) for s in a.lrs.split(",") for d in depths for o in objectives for h in heads]
+    run_heads = {}
+    for k, (spec, depth, objective, head) in enumerate(settings):
         lr, inject_lr = (float(x) for x in spec.split(":"))
         name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
-                + ("" if objective == "kl" else f"_{objective}"))
+                + ("" if objective == "kl" else f"_{objective}") + ("" if head == "committed" else f"_{head}head"))
+        run_heads[name] = head
         draft = load_feature_draft(lm, a.init)
         if depth is not None:
             draft = grow_feature_draft(draft, lm, depth)
+        draft = with_head(draft, head)
         saved = a.out / f"{name}.safetensors"
         if saved.is_file():  # resume
             state = load_file(str(saved))
@@ -378,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
     init_training = (committed_record(a.init) or {}).get("training") or {}
     summary = {"totals": totals, "sample_dtype": a.sample_dtype, "acceptance_before": before, "acceptance_after": after,
-               "objectives": {r.name: r.objective for r in runs},
+               "objectives": {r.name: r.objective for r in runs}, "heads": run_heads,
                "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device),
                "init": {"directory": str(a.init),  # how the draft it started from was trained
                         "training": {k: v for k, v in init_training.items() if k != "loss_curve"} or None}}
