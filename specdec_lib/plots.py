@@ -172,6 +172,27 @@ def gain_plot(frame, x: str, y: str = "gain", lo: str | None = "ci_low", hi: str
                     title=title or "paired gain, 95% bootstrap CI over prompts", **kwargs)
 
 
+def gain_with_theory(frame, theory: Mapping[Any, float], x: str = "k", y: str = "gain", lo: str = "ci_low",
+                     hi: str = "ci_high", label: str = "measured (95% CI)", theory_label: str = "theory",
+                     logx: bool = True, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
+                     width: float = 6.4, height: float = 4.2):
+    """A measured relative gain with its CI (`gain_plot`, one group) beside a model's prediction ``theory``
+    (x -> relative gain, a dashed grey line over its own x values, which may reach beyond the measured ones), in
+    percent, with a zero line."""
+    if not theory:
+        raise ValueError("theory must map at least one x to a predicted gain")
+    fig = gain_plot(frame, x, y, lo, hi, logx=logx, xlabel=xlabel, ylabel=ylabel, title=title, width=width,
+                    height=height, legend=False)
+    ax = fig.axes[0]
+    ax.containers[0].set_label(label)
+    xs = sorted(theory)
+    ax.plot(xs, [100.0 * theory[k] for k in xs], "--", color="grey", linewidth=1.2, label=theory_label)
+    _x_ticks(ax, sorted(set(frame[x].tolist()) | set(xs)), logx)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def wilson_interval(p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """95% Wilson score interval of a frequency ``p`` observed in ``n`` independent samples."""
     p = np.asarray(p, dtype=float)
@@ -298,5 +319,5 @@ def errorbar_count(fig) -> int:
     return sum(isinstance(c, ErrorbarContainer) for ax in fig.axes for c in ax.containers)
 
 
-__all__ = ["ci_lines", "gain_plot", "ccdf", "compare_lines", "g_curves", "positional_law", "wilson_interval",
+__all__ = ["ci_lines", "gain_plot", "gain_with_theory", "ccdf", "compare_lines", "g_curves", "positional_law", "wilson_interval",
            "errorbar_count"]

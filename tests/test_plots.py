@@ -113,3 +113,18 @@ def test_compare_lines_g_curves_and_positional_law():
     fig = plots.positional_law({"GSS": law, "ERSS": law * 0.9}, max_index=4)
     bars = _containers(fig.axes[0])
     assert len(bars) == 2 and list(bars[0].lines[0].get_xdata()) == [1, 2, 3, 4]
+
+
+def test_gain_with_theory_draws_the_measured_gain_and_a_wider_theory_line():
+    gains = pd.DataFrame({"k": [2, 4, 8], "gain": [-0.03, -0.06, -0.04], "ci_low": [-0.05, -0.08, -0.07],
+                          "ci_high": [-0.01, -0.04, -0.01]})
+    theory = {1: -0.02, 2: -0.04, 8: -0.05, 256: 0.001}
+    fig = plots.gain_with_theory(gains, theory, theory_label="0th-order")
+    (ax,) = fig.axes
+    (bar,) = _containers(ax)
+    assert list(bar.lines[0].get_ydata()) == pytest.approx([-3.0, -6.0, -4.0]) and bar.get_label() == "measured (95% CI)"
+    (dashed,) = [ln for ln in ax.lines if ln.get_label() == "0th-order"]
+    assert list(dashed.get_xdata()) == [1, 2, 8, 256] and list(dashed.get_ydata()) == pytest.approx([-2.0, -4.0, -5.0, 0.1])
+    assert any(list(ln.get_ydata()) == [0, 0] for ln in ax.lines) and ax.get_xscale() == "log"
+    with pytest.raises(ValueError, match="theory"):
+        plots.gain_with_theory(gains, {})
