@@ -251,8 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = Path(a.run_dir)
     lm = load_model("smollm2-135m-instruct")
     draft = build_feature_draft(lm)
+    online_training = _online_training(a.weights) if a.weights is not None else None
     # a draft trained with the full head by `online --heads full` is measured and exported with it (no vocabulary file)
-    full_head = a.weights is not None and _online_training(a.weights)["head"] == "full"
+    full_head = online_training is not None and online_training["head"] == "full"
     head_vocab = None if full_head else load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
     if head_vocab is not None:
         use_subset_head(draft.student, head_vocab)
@@ -280,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
-    training = _online_training(a.weights) if a.weights is not None else {
+    training = online_training if online_training is not None else {
         **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
         "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
     layers = len(draft.student.model.layers)

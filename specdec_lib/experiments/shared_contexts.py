@@ -49,31 +49,21 @@ def _check_arms(arms: Mapping[str, tuple[Any, str]], temperature: float) -> dict
     return out
 
 
-def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, Any], default, kind: type) -> dict:
-    """``given[arm]`` (as a ``kind``: dict of views or list of verifiers) for the arms it names, ``default``
-    for the others; ValueError for an arm that is not drafted or a value that is not a collection."""
+def _per_arm(argument: str, given: Mapping[str, Any] | None, arms: Mapping[str, Any], default,
+             valid: Callable[[Any], bool], expected: str, convert: Callable[[Any], Any] = lambda v: v) -> dict:
+    """``convert(given[arm])`` for the arms ``given`` names, ``default`` for the others (views, verifiers or copies
+    per arm); ValueError for a ``given`` that is not a mapping, an arm that is not drafted, or a value that is not
+    ``valid`` (``expected`` says what it must be)."""
+    if given is not None and not isinstance(given, Mapping):
+        raise ValueError(f"{argument} must be a mapping arm name -> value, got {given!r}")
     given = dict(given or {})
     unknown = sorted(set(given) - set(arms))
     if unknown:
         raise ValueError(f"{argument} names arms that are not drafted: {unknown}; arms: {sorted(arms)}")
     for name, value in given.items():
-        if isinstance(value, str) or not isinstance(value, (Mapping if kind is dict else Sequence)):
-            raise ValueError(f"{argument}[{name!r}] must be a {'mapping' if kind is dict else 'list'}, got {value!r}")
-    return {name: (kind(given[name]) if name in given else default) for name in arms}
-
-
-def _copies_per_arm(given: Mapping[str, int] | None, arms: Mapping[str, Any]) -> dict[str, int]:
-    """Trees per context of every arm: ``given[arm]`` (an int >= 1) for the arms it names, 1 for the others."""
-    if given is not None and not isinstance(given, Mapping):
-        raise ValueError(f"copies_by_arm must be a mapping arm name -> int >= 1, got {given!r}")
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(arms))
-    if unknown:
-        raise ValueError(f"copies_by_arm names arms that are not drafted: {unknown}; arms: {sorted(arms)}")
-    for name, n in given.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"copies_by_arm[{name!r}] must be an int >= 1, got {n!r}")
-    return {name: given.get(name, 1) for name in arms}
+        if not valid(value):
+            raise ValueError(f"{argument}[{name!r}] must be {expected}, got {value!r}")
+    return {name: (convert(given[name]) if name in given else default) for name in arms}
 
 
 def _generator_key(name: str, copy: int, common_random_numbers: bool) -> bytes:
@@ -215,9 +205,11 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
         raise ValueError(f"contexts must be an int >= 1, got {contexts!r}")
     if column in ("prompt_id", "category", "step", "view", "verifier", "expected_tokens"):
         raise ValueError(f"column {column!r} would overwrite a column of the frame; choose another name")
-    views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, dict)
-    verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers, list)
-    copies_of = _copies_per_arm(copies_by_arm, arms_)
+    views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, lambda v: isinstance(v, Mapping), "a mapping", dict)
+    verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers,
+                            lambda v: isinstance(v, Sequence) and not isinstance(v, str), "a list", list)
+    copies_of = _per_arm("copies_by_arm", copies_by_arm, arms_, 1,
+                         lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an int >= 1")
     # one drafted entry per (arm, copy): copy 0 keeps the arm's own generator, so adding copies changes no tree
     drafted_names = [(name, c) for name in arms_ for c in range(copies_of[name])]
     frames = []
