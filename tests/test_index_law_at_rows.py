@@ -68,6 +68,16 @@ def test_first_index_is_the_closed_form():
     assert torch.allclose(torch.tensor(gss["p1"].to_numpy()), 1 - 0.5 * (p - q).abs().sum(1), atol=1e-12)
 
 
+@pytest.mark.parametrize("verifier", ["token", "erss"])
+def test_max_index_1_is_the_first_index_alone_without_monte_carlo(verifier):
+    """p1 alone (a chain's 0th-order G reads it only) equals the p1 of the full law, whatever the Monte Carlo."""
+    p, q = _rows(4, 3)
+    full = E.index_law_at_rows(p, q, _index(4), K, verifier, num_samples=4, seed=1)
+    first = E.index_law_at_rows(p, q, _index(4), 1, verifier, num_samples=1, seed=9)
+    assert list(first.columns) == ["prompt_id", "category", "step", "p1"]
+    assert torch.allclose(torch.tensor(first["p1"].to_numpy()), torch.tensor(full["p1"].to_numpy()), atol=1e-12)
+
+
 def test_control_iid_children_are_a_different_law():
     p, q = _rows(2, 1)
     iid = positional_acceptance(p, q, K, "iid", per_row=True)[0]

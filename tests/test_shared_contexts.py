@@ -53,7 +53,7 @@ def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
     with torch.no_grad():
         p_rows = process_logits(tiny_pair.target.logits(ids).double(), T, top_p, apply_top_p=True)
         q_rows = process_logits(tiny_pair.draft.logits(ids).double(), T, top_p, apply_top_p=False)
-    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], T, top_p)]
+    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], [len(text)], T, top_p)]
     assert len(trees) == len(text)
     for j, tree in enumerate(trees):
         at = len(prompt.ids) - 1 + j
@@ -145,7 +145,7 @@ def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
         s = _prompt_seed(2, prompt)
         text = _target_text(tiny_pair, prompt, 5, 0.8, 0.9, s, torch.Generator().manual_seed(s))
         for (tree,) in _hf_forest_trees(tiny_pair, prompt, text, [([-1, 0], "iid", torch.Generator().manual_seed(0))],
-                                        0.8, 0.9):
+                                        [len(text)], 0.8, 0.9):
             roots_p.append(tree.target_probs[0].double())
             roots_q.append(tree.draft_probs[0].double())
     assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)
@@ -315,3 +315,35 @@ def test_bad_copies_are_value_errors(copies, needle):
     with pytest.raises(ValueError, match=needle):
         paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, progress=False,
                                          copies_by_arm=copies)
+
+
+@pytest.mark.parametrize("pair_name", ["tiny", "toy"])
+def test_an_arm_limited_to_fewer_contexts_drafts_the_trees_it_drafts_alone_there(tiny_pair, pair_name):
+    """``contexts_by_arm``: an arm limited to n contexts has exactly the trees of a call with ``contexts`` = n, and
+    stops there; the other arms go on to ``contexts`` with the trees they draft without it (hf lockstep and toy)."""
+    pair = tiny_pair if pair_name == "tiny" else E.toy_pair()
+    prompts = [_prompt([3, 5, 4], "writing-01"), _prompt([7, 1, 3, 2], "qa-01")]
+    arms = {"chain": ("chain:3", "race"), "star": ("batch:3x1", "race")}
+    keys = ["prompt_id", "step", "view", "verifier"]
+    run = lambda chosen, n, **kw: paired_tokens_at_shared_contexts(pair, prompts, {a: arms[a] for a in chosen}, 1.0,
+                                                                   ["token"], contexts=n, seed=3, progress=False, **kw)
+    limited = run(arms, 6, contexts_by_arm={"star": 2})
+    assert sorted(set(limited.query("arm == 'star'")["step"])) == [0, 1]
+    assert sorted(set(limited.query("arm == 'chain'")["step"])) == list(range(6))
+    for arm, n in (("star", 2), ("chain", 6)):
+        alone = run([arm], n)
+        merged = alone.merge(limited.query("arm == @arm"), on=keys, suffixes=("_alone", "_limited"))
+        assert len(merged) == len(alone) == len(limited.query("arm == @arm")) > 0
+        assert torch.allclose(torch.tensor(merged["expected_tokens_alone"].to_numpy()),
+                              torch.tensor(merged["expected_tokens_limited"].to_numpy()), atol=1e-5)
+
+
+@pytest.mark.parametrize("limit,needle", [({"nope": 2}, r"contexts_by_arm names arms that are not drafted: \['nope'\]"),
+                                          ({"a": 0}, r"contexts_by_arm\['a'\] must be an int in 1..contexts \(4\)"),
+                                          ({"a": 5}, r"contexts_by_arm\['a'\] must be an int in 1..contexts \(4\)"),
+                                          ({"a": 2.0}, r"contexts_by_arm\['a'\] must be an int in 1..contexts"),
+                                          ([("a", 2)], "contexts_by_arm must be a mapping")])
+def test_bad_contexts_by_arm_are_value_errors(limit, needle):
+    with pytest.raises(ValueError, match=needle):
+        paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, contexts=4,
+                                         progress=False, contexts_by_arm=limit)

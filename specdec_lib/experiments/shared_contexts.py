@@ -87,24 +87,34 @@ def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: floa
     return list(out.tokens)
 
 
+def _live(limits: list[int], j: int) -> list[int]:
+    """The arms (by position) drafted at context ``j``: those whose number of contexts ``limits[a]`` exceeds j."""
+    return [a for a, limit in enumerate(limits) if j < limit]
+
+
 def _toy_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
-                      temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
-    """Every arm's tree at each position of ``text`` (toy pairs: exact contexts, one arm after another)."""
+                      limits: list[int], temperature: float, top_p: float) -> Iterable[list[DraftTree | None]]:
+    """Every arm's tree at each position j of ``text`` with j < the arm's limit, None past it (toy pairs: exact
+    contexts, one arm after another)."""
     target, draft = _toy_models(pair, temperature, top_p)
     caches: list[dict] = [{} for _ in arms]
     base = prompt.ids.tolist()
     for j in range(len(text)):
         context = base + text[:j]
-        yield [_toy_race_tree(target, draft, context, parents, generator) if sampling == "race" else
-               sample_tree(target, draft, context, parents, sampling, generator,
-                           cache=cache if pair.context_free else None)
-               for (parents, sampling, generator), cache in zip(arms, caches)]
+        trees: list[DraftTree | None] = [None] * len(arms)
+        for a in _live(limits, j):
+            parents, sampling, generator = arms[a]
+            trees[a] = (_toy_race_tree(target, draft, context, parents, generator) if sampling == "race" else
+                        sample_tree(target, draft, context, parents, sampling, generator,
+                                    cache=caches[a] if pair.context_free else None))
+        yield trees
 
 
 def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str, torch.Generator]],
-                     temperature: float, top_p: float) -> Iterable[list[DraftTree]]:
-    """Every arm's tree at each position of ``text``, drafted in lockstep (`drafting.draw_forest`: one
-    draft forward per level for all arms, one target forward for all trees)."""
+                     limits: list[int], temperature: float, top_p: float) -> Iterable[list[DraftTree | None]]:
+    """Every arm's tree at each position j of ``text`` with j < the arm's limit (None past it), the live arms
+    drafted in lockstep (`drafting.draw_forest`: one draft forward per level for all, one target forward for all
+    their trees)."""
     tsess, dsess = paired_sessions(pair.target, pair.draft, prompt.ids.tolist())
 
     def draft_fn(tokens, parents_so_far, nodes):
@@ -115,9 +125,13 @@ def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[
         return process_logits(tsess.tree_logits(tokens, parents_so_far), temperature, top_p,
                               apply_top_p=True).cpu()
 
-    for token in text:
-        forest = draw_forest(arms, tsess.fixed[-1], draft_fn)
-        yield forest.scored_by(target_fn)
+    for j, token in enumerate(text):
+        live = _live(limits, j)
+        forest = draw_forest([arms[a] for a in live], tsess.fixed[-1], draft_fn)
+        trees: list[DraftTree | None] = [None] * len(arms)
+        for a, tree in zip(live, forest.scored_by(target_fn)):
+            trees[a] = tree
+        yield trees
         # advance both sessions by the target's own token: no drafted node is accepted
         tsess.commit([], token)
         dsess.commit([], token, forest.tokens, forest.parents)
@@ -167,7 +181,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      views_by_arm: Mapping[str, Mapping[str, Callable[[DraftTree], DraftTree]]] | None = None,
                                      verifiers_by_arm: Mapping[str, Sequence[str]] | None = None,
                                      common_random_numbers: bool = False,
-                                     copies_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
+                                     copies_by_arm: Mapping[str, int] | None = None,
+                                     contexts_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -197,6 +212,11 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     0..n-1. Copy 0 is the tree the arm drafts with one copy (the same generator), and each further copy has a
     generator of its own, so the copies are i.i.d. given the context: averaging them per context (as
     `verdicts.paired_sums` does per step) divides that arm's drafting noise by n and leaves the context noise.
+
+    ``contexts_by_arm``: arm name -> n in 1..``contexts``: that arm is drafted at the first n contexts only (default:
+    all ``contexts``). Its trees there are the ones it drafts with ``contexts`` = n; the other arms go on alone, so
+    an arm whose claim needs more contexts (e.g. a cheap chain) gets them without the cost of every arm there.
+    Arms compared per context (``pair_on="tree"``) meet at the contexts both were drafted at.
     """
     if not isinstance(common_random_numbers, bool):
         raise ValueError(f"common_random_numbers must be True or False, got {common_random_numbers!r}")
@@ -210,8 +230,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                             lambda v: isinstance(v, Sequence) and not isinstance(v, str), "a list", list)
     copies_of = _per_arm("copies_by_arm", copies_by_arm, arms_, 1,
                          lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an int >= 1")
+    contexts_of = _per_arm("contexts_by_arm", contexts_by_arm, arms_, contexts,
+                           lambda n: isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= contexts,
+                           f"an int in 1..contexts ({contexts})")
     # one drafted entry per (arm, copy): copy 0 keeps the arm's own generator, so adding copies changes no tree
     drafted_names = [(name, c) for name in arms_ for c in range(copies_of[name])]
+    limits = [contexts_of[name] for name, _ in drafted_names]
     frames = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
@@ -219,13 +243,15 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     forest_trees = _toy_forest_trees if pair.kind == "toy" else _hf_forest_trees
     for prompt in iterator:
         prompt_seed = _prompt_seed(seed, prompt)
-        text = _target_text(pair, prompt, contexts, temperature, top_p, prompt_seed,
+        text = _target_text(pair, prompt, max(limits), temperature, top_p, prompt_seed,
                             torch.Generator().manual_seed(prompt_seed))
         drafted = [(*arms_[name], torch.Generator().manual_seed(
                         prompt_seed + zlib.crc32(_generator_key(name, copy, common_random_numbers)) % 100_003))
                    for name, copy in drafted_names]
-        for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, temperature, top_p)):
+        for j, trees in enumerate(forest_trees(pair, prompt, text, drafted, limits, temperature, top_p)):
             for (name, copy), tree in zip(drafted_names, trees):
+                if tree is None:  # past this arm's contexts
+                    continue
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample", draw=copy)
                 frames.append(paired_expected_tokens([record], verifiers_of[name], views_of[name],
                                                      labels={**dict(labels or {}), column: name}))

@@ -134,7 +134,8 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
     the sampled arrival order of its rivals), and p1 in closed form
     (`SINGLE_DRAFT_ACCEPTANCE`). The same frame as `star_index_law` (its mean over rows is
     r, `positional_vector`; 1 + p1 + ... + pk is batch(k)'s expected tokens at that context), without the
-    noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK.
+    noise of one drafted star per context. Returns a DataFrame: the ``index`` columns, p1..pK. ``max_index`` = 1
+    gives p1 alone, exactly and without the Monte Carlo (what a chain's 0th-order G reads).
 
     Each entry is an unbiased estimate, but a row need not sum to at most 1: later entries are Monte Carlo,
     so a row near acceptance 1 can meet an exact p1 of 0.99 with a p2 that overshoots its 0.01.
@@ -151,8 +152,12 @@ def index_law_at_rows(target_rows: torch.Tensor, draft_rows: torch.Tensor, index
         raise ValueError(f"index has {len(index)} rows for {target_rows.shape[0]} contexts")
     if isinstance(max_index, bool) or not isinstance(max_index, int) or not 1 <= max_index < target_rows.shape[1]:
         raise ValueError(f"max_index must be an int in [1, V - 1], got {max_index!r}")
-    law = positional_acceptance(target_rows, draft_rows, max_index, INDEX_LAW_SCHEME[verifier], num_samples=num_samples,
-                                per_row=True, generator=torch.Generator().manual_seed(seed)).numpy().copy()
+    if max_index == 1:  # p1 alone is a closed form: no Monte Carlo (``num_samples`` and ``seed`` play no part)
+        law = np.zeros((target_rows.shape[0], 1))
+    else:
+        law = positional_acceptance(target_rows, draft_rows, max_index, INDEX_LAW_SCHEME[verifier],
+                                    num_samples=num_samples, per_row=True,
+                                    generator=torch.Generator().manual_seed(seed)).numpy().copy()
     law[:, 0] = [float(SINGLE_DRAFT_ACCEPTANCE[verifier](*_normalised(p, q))) for p, q in zip(target_rows, draft_rows)]
     out = index.reset_index(drop=True).copy()
     for i in range(max_index):
