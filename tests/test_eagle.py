@@ -238,6 +238,32 @@ def test_early_exit_probe_reads_the_full_target_as_itself():
         early_exit_acceptance(model, [(seqs[0][0], 12)], [1])
 
 
+def test_layer_skip_probe_keeping_a_prefix_is_the_early_exit_and_restores_the_model():
+    """Keeping layers 0..k-1 is the early exit at k (an independent computation: hidden state k, norm, head);
+    keeping every layer is the target itself; the model is whole again afterwards."""
+    from specdec_lib.eagle.probes import early_exit_acceptance, layer_skip_acceptance, skip_patterns
+
+    model = tiny_llama(vocab_size=VOCAB, layers=3, hidden=32, seed=4)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [(torch.randint(0, VOCAB, (12,), generator=gen), 5), (torch.randint(0, VOCAB, (9,), generator=gen), 3)]
+    before = model(seqs[0][0][None]).logits
+    out = layer_skip_acceptance(model, seqs, {"first 1": [0], "first 2": [0, 1], "all": [0, 1, 2], "skip 1": [0, 2]}, 0.8)
+    exits = early_exit_acceptance(model, seqs, [1, 2], 0.8)["acceptance"]
+    assert out["acceptance"]["first 1"] == pytest.approx(exits[1], abs=1e-6)
+    assert out["acceptance"]["first 2"] == pytest.approx(exits[2], abs=1e-6)
+    assert out["acceptance"]["all"] == pytest.approx(1.0, abs=1e-6) and out["acceptance"]["skip 1"] < 1 - 1e-3
+    assert out["layers"] == {"first 1": 1, "first 2": 2, "all": 3, "skip 1": 2} and out["positions"] == 13
+    assert len(model.model.layers) == 3 and torch.equal(model(seqs[0][0][None]).logits, before)
+    for bad in ([2, 0], [3], [], [0, 0]):
+        with pytest.raises(ValueError, match="kept"):
+            layer_skip_acceptance(model, seqs, {"bad": bad})
+    patterns = skip_patterns(30)
+    assert patterns["skip 2..4"] == [0, 1] + list(range(5, 30))
+    assert all(keep[-2:] == [28, 29] and len(keep) < 30 for keep in patterns.values())
+    with pytest.raises(ValueError, match="num_layers"):
+        skip_patterns(3)
+
+
 def test_training_summary_and_loss_frame_read_both_record_kinds():
     from specdec_lib.eagle.evaluate import online_loss_frame, training_summary
 

@@ -10,6 +10,10 @@ acceptance of that read-out against the full target at target-sampled continuati
 (the measure of ``draft.json``). Trained drafts sit above their layer count's early exit; the curve
 shows where in the stack the target's distribution forms.
 
+The layer-skip probe (`layer_skip_acceptance`) asks the same of training-free self-speculation by skipping
+layers (Draft & Verify, Zhang et al. 2023; LayerSkip): the target with a block of its layers left out, read
+through its own norm and head. Keeping the first k layers is the early exit at k (the test's control).
+
 The head-vocabulary probe (`head_vocabulary_acceptance`) asks what the committed feature draft loses by
 scoring only its head vocabulary (`models.subset_head`: q = 0 outside it): its acceptance by depth with
 that head and with the target's full tied head (the same weights), and the target's mass outside the
@@ -18,6 +22,7 @@ with its parameters)::
 
     python -m specdec_lib.eagle.probes --per-category 2 --new-tokens 48
     python -m specdec_lib.eagle.probes --probe head_vocabulary --per-category 2 --new-tokens 96
+    python -m specdec_lib.eagle.probes --probe layer_skip --per-category 2 --new-tokens 48
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from ..data import load_prompts
 from ..models import load_model
 from ..models.offline import REPO_ROOT
 
-__all__ = ["early_exit_acceptance", "sampled_continuations", "head_vocabulary_acceptance", "main"]
+__all__ = ["early_exit_acceptance", "layer_skip_acceptance", "skip_patterns", "sampled_continuations",
+           "head_vocabulary_acceptance", "main"]
 
 OUT_DIR = REPO_ROOT / "data" / "results" / "draft_probes"
-PROBES = ("early_exit", "head_vocabulary")
+PROBES = ("early_exit", "head_vocabulary", "layer_skip")
 
 
 @torch.no_grad()
@@ -74,6 +80,60 @@ def early_exit_acceptance(model, sequences: Sequence[tuple[torch.Tensor, int]], 
             sums[k] += float(torch.minimum(p, q).sum())
     return {"acceptance": {k: sums[k] / positions for k in layers}, "positions": positions,
             "target_entropy": entropy / positions}
+
+
+def skip_patterns(num_layers: int) -> dict[str, list[int]]:
+    """Named sets of kept layers: a contiguous block of 3, 6 or 12 layers left out at several depths (never the
+    last two, where the early exit shows the law forms), and every other layer left out between the first two and
+    the last two."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 6:
+        raise ValueError(f"num_layers must be an int >= 6, got {num_layers!r}")
+    out = {}
+    for width in (3, 6, 12):
+        for start in range(2, num_layers - 2 - width + 1, max(width, 4)):
+            out[f"skip {start}..{start + width - 1}"] = [i for i in range(num_layers) if not start <= i < start + width]
+    out[f"skip every other in 2..{num_layers - 3}"] = [i for i in range(num_layers) if not (2 <= i < num_layers - 2 and i % 2)]
+    return out
+
+
+@torch.no_grad()
+def layer_skip_acceptance(model, sequences: Sequence[tuple[torch.Tensor, int]], kept: dict[str, Sequence[int]],
+                          temperature: float = 1.0) -> dict:
+    """``model``, ``sequences`` as in `early_exit_acceptance`; ``kept``: name -> the indices of the layers kept (in
+    order; the others are left out of the forward, the norm and head are the target's). Returns {"acceptance":
+    {name: mean sum_x min(p, q)}, "layers": {name: number kept}, "positions": count}. The model's layers are
+    restored afterwards."""
+    layers = model.model.layers
+    num_layers = len(layers)
+    for name, keep in kept.items():
+        keep = list(keep)
+        if not keep or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in keep) \
+                or keep != sorted(set(keep)):
+            raise ValueError(f"kept[{name!r}] must be increasing layer indices in 0..{num_layers - 1}, got {keep}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not sequences:
+        raise ValueError("sequences must hold at least one (tokens, prompt_len) pair")
+    device = model.get_input_embeddings().weight.device
+    batches = []
+    for tokens, prompt_len in sequences:
+        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)
+        if not 1 <= int(prompt_len) < tokens.shape[1]:
+            raise ValueError(f"prompt_len must be in 1..{tokens.shape[1] - 1}, got {prompt_len}")
+        rows = slice(int(prompt_len) - 1, tokens.shape[1] - 1)
+        batches.append((tokens, rows, torch.softmax(model(tokens, use_cache=False).logits[0, rows].float() / temperature, -1)))
+    sums = {name: 0.0 for name in kept}
+    try:
+        for name, keep in kept.items():
+            model.model.layers = torch.nn.ModuleList([layers[i] for i in keep])
+            for tokens, rows, p in batches:
+                q = torch.softmax(model(tokens, use_cache=False).logits[0, rows].float() / temperature, -1)
+                sums[name] += float(torch.minimum(p, q).sum())
+    finally:
+        model.model.layers = layers
+    positions = sum(p.shape[0] for _, _, p in batches)
+    return {"acceptance": {name: total / positions for name, total in sums.items()},
+            "layers": {name: len(keep) for name, keep in kept.items()}, "positions": positions}
 
 
 @torch.no_grad()
@@ -130,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--probe", default="early_exit", choices=PROBES)
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--temperature", type=float, default=1.0, help="early_exit only (head_vocabulary: T = 1)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="early_exit, layer_skip (head_vocabulary: T = 1)")
     ap.add_argument("--depth", type=int, default=2, help="head_vocabulary: drafted depths measured")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
@@ -142,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
         num_layers = len(lm.model.model.layers)
         result = early_exit_acceptance(lm.model, sequences, list(range(2, num_layers + 1, 2)), a.temperature)
+        shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
+    elif a.probe == "layer_skip":
+        sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
+        result = layer_skip_acceptance(lm.model, sequences, skip_patterns(len(lm.model.model.layers)), a.temperature)
         shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
     else:
         from .online import heldout_rollouts
