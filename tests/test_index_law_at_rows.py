@@ -69,10 +69,17 @@ def test_first_index_is_the_closed_form():
 
 
 @pytest.mark.parametrize("verifier", ["token", "erss"])
-def test_max_index_1_is_the_first_index_alone_without_monte_carlo(verifier):
-    """p1 alone (a chain's 0th-order G reads it only) equals the p1 of the full law, whatever the Monte Carlo."""
+def test_max_index_1_is_the_first_index_alone_without_monte_carlo(verifier, monkeypatch):
+    """p1 alone (a chain's 0th-order G reads it only) equals the p1 of the full law, whatever the Monte Carlo, and
+    runs no Monte Carlo at all (the positional-acceptance sampler must not be called)."""
+    from specdec_lib.experiments import stars
+
     p, q = _rows(4, 3)
     full = E.index_law_at_rows(p, q, _index(4), K, verifier, num_samples=4, seed=1)
+    def no_monte_carlo(*args, **kwargs):
+        raise AssertionError("max_index = 1 must not sample")
+
+    monkeypatch.setattr(stars, "positional_acceptance", no_monte_carlo)
     first = E.index_law_at_rows(p, q, _index(4), 1, verifier, num_samples=1, seed=9)
     assert list(first.columns) == ["prompt_id", "category", "step", "p1"]
     assert torch.allclose(torch.tensor(first["p1"].to_numpy()), torch.tensor(full["p1"].to_numpy()), atol=1e-12)

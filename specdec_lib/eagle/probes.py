@@ -46,6 +46,24 @@ OUT_DIR = REPO_ROOT / "data" / "results" / "draft_probes"
 PROBES = ("early_exit", "head_vocabulary", "layer_skip")
 
 
+def _scored(model, sequences: Sequence[tuple[torch.Tensor, int]], temperature: float) -> list[tuple[torch.Tensor, slice]]:
+    """Each (tokens [n], prompt_len) of ``sequences`` as (tokens [1, n] on the model's device, the rows that predict
+    the continuation: from the last prompt token on); ValueError for a temperature <= 0, no sequences or a
+    prompt_len outside 1..n-1."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not sequences:
+        raise ValueError("sequences must hold at least one (tokens, prompt_len) pair")
+    device = model.get_input_embeddings().weight.device
+    out = []
+    for tokens, prompt_len in sequences:
+        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
+        if not 1 <= int(prompt_len) < tokens.shape[1]:
+            raise ValueError(f"prompt_len must be in 1..{tokens.shape[1] - 1}, got {prompt_len}")
+        out.append((tokens.to(device), slice(int(prompt_len) - 1, tokens.shape[1] - 1)))
+    return out
+
+
 @torch.no_grad()
 def early_exit_acceptance(model, sequences: Sequence[tuple[torch.Tensor, int]], layers: Sequence[int],
                           temperature: float = 1.0) -> dict:
@@ -57,19 +75,10 @@ def early_exit_acceptance(model, sequences: Sequence[tuple[torch.Tensor, int]], 
     layers = [int(k) for k in layers]
     if not layers or any(not 1 <= k <= num_layers for k in layers):
         raise ValueError(f"layers must be in 1..{num_layers}, got {layers}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not sequences:
-        raise ValueError("sequences must hold at least one (tokens, prompt_len) pair")
     sums = {k: 0.0 for k in layers}
     entropy, positions = 0.0, 0
-    for tokens, prompt_len in sequences:
-        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
-        if not 1 <= int(prompt_len) < tokens.shape[1]:
-            raise ValueError(f"prompt_len must be in 1..{tokens.shape[1] - 1}, got {prompt_len}")
-        device = model.get_input_embeddings().weight.device
-        hidden = model.model(tokens.to(device), output_hidden_states=True).hidden_states
-        rows = slice(int(prompt_len) - 1, tokens.shape[1] - 1)
+    for tokens, rows in _scored(model, sequences, temperature):
+        hidden = model.model(tokens, output_hidden_states=True).hidden_states
         logp = torch.log_softmax(model.lm_head(hidden[-1][0, rows]).float() / temperature, -1)
         p = logp.exp()
         entropy += float(-(p * logp).nan_to_num().sum())
@@ -110,18 +119,8 @@ def layer_skip_acceptance(model, sequences: Sequence[tuple[torch.Tensor, int]], 
         if not keep or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers for i in keep) \
                 or keep != sorted(set(keep)):
             raise ValueError(f"kept[{name!r}] must be increasing layer indices in 0..{num_layers - 1}, got {keep}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not sequences:
-        raise ValueError("sequences must hold at least one (tokens, prompt_len) pair")
-    device = model.get_input_embeddings().weight.device
-    batches = []
-    for tokens, prompt_len in sequences:
-        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(device)
-        if not 1 <= int(prompt_len) < tokens.shape[1]:
-            raise ValueError(f"prompt_len must be in 1..{tokens.shape[1] - 1}, got {prompt_len}")
-        rows = slice(int(prompt_len) - 1, tokens.shape[1] - 1)
-        batches.append((tokens, rows, torch.softmax(model(tokens, use_cache=False).logits[0, rows].float() / temperature, -1)))
+    batches = [(tokens, rows, torch.softmax(model(tokens, use_cache=False).logits[0, rows].float() / temperature, -1))
+               for tokens, rows in _scored(model, sequences, temperature)]
     sums = {name: 0.0 for name in kept}
     try:
         for name, keep in kept.items():
@@ -198,14 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     lm = load_model("smollm2-135m-instruct", dtype=a.dtype)
-    if a.probe == "early_exit":
+    if a.probe in ("early_exit", "layer_skip"):
         sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
         num_layers = len(lm.model.model.layers)
-        result = early_exit_acceptance(lm.model, sequences, list(range(2, num_layers + 1, 2)), a.temperature)
-        shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
-    elif a.probe == "layer_skip":
-        sequences = sampled_continuations(lm, a.per_category, a.new_tokens, a.temperature)
-        result = layer_skip_acceptance(lm.model, sequences, skip_patterns(len(lm.model.model.layers)), a.temperature)
+        result = (early_exit_acceptance(lm.model, sequences, list(range(2, num_layers + 1, 2)), a.temperature)
+                  if a.probe == "early_exit" else
+                  layer_skip_acceptance(lm.model, sequences, skip_patterns(num_layers), a.temperature))
         shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
     else:
         from .online import heldout_rollouts
