@@ -5,6 +5,7 @@ identity proven in exact rationals)."""
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass, field
 import json
 import random
 import re
@@ -172,8 +173,9 @@ def test_checked_claim_marks_a_seed_dependent_verdict():
     lo = [check.evaluate(frame, s, n_boot=200).ci_low for s in (0, 1)]
     shifted = frame.copy()
     shifted.loc[shifted["verifier"] == "new", "expected_tokens"] -= (lo[0] + lo[1]) / 2
-    flip = V.checked_claim(check, shifted, "traversal", "+1%", n_boot=200)
+    flip = V.checked_claim(check, shifted, "traversal", "+1%", n_boot=200, max_boot=200)
     assert V.SEED_DEPENDENT in flip.notes and flip.notes.startswith("rule superiority")
+    assert flip.verdict == "partly"  # reproduced under one seed, partly under the other: not established
     clear = V.checked_claim(V.GainCheck("clear", "new", "old"), _frame([0.05] * 7, noise=0.01), "traversal", "+5%",
                             n_boot=200, notes="paired")
     assert clear.verdict == "reproduced" and V.SEED_DEPENDENT not in clear.notes and "paired" in clear.notes
@@ -181,6 +183,38 @@ def test_checked_claim_marks_a_seed_dependent_verdict():
     assert same.ours.startswith("max |difference|")
     with pytest.raises(ValueError, match="seeds"):
         V.checked_claim(check, frame, "traversal", "x", seeds=(0,))
+
+
+@dataclass
+class _ResampleDependentCheck:
+    """A check whose verdict is 'reproduced' under bootstrap seed 0 until ``settles_at`` resamples, and
+    'partly' under every other seed and from then on (None: never settles)."""
+    claim: str = "flips"
+    settles_at: int | None = 800
+    calls: list = field(default_factory=list)
+
+    def evaluate(self, frame, seed=0, n_boot=2000):
+        self.calls.append((seed, n_boot))
+        settled = self.settles_at is not None and n_boot >= self.settles_at
+        verdict = "reproduced" if seed == 0 and not settled else "partly"
+        return V.Decision(verdict, 0.01, -0.001 if verdict == "partly" else 0.001, 0.02, "superiority", f"n {n_boot}")
+
+
+def test_checked_claim_doubles_the_resamples_until_the_bootstrap_seeds_agree():
+    check = _ResampleDependentCheck()
+    claim = V.checked_claim(check, None, "erss", "+1%", n_boot=200, ours=lambda d: d.detail)
+    assert [n for _, n in check.calls] == [200, 200, 400, 400, 800, 800]
+    assert claim.verdict == "partly" and claim.ours == "n 800" and V.SEED_DEPENDENT not in claim.notes
+    assert f"{V.STABLE_MARK} 0, 1 with 800 resamples (200 disagreed)" in claim.notes
+    never = _ResampleDependentCheck(settles_at=None)
+    flip = V.checked_claim(never, None, "erss", "+1%", n_boot=200, max_boot=500)
+    assert [n for _, n in never.calls][-2:] == [500, 500] and max(n for _, n in never.calls) == 500
+    assert flip.verdict == "partly" and f"{V.SEED_DEPENDENT} with 500 resamples (200 disagreed)" in flip.notes
+    agreed = V.checked_claim(_ResampleDependentCheck(settles_at=1), None, "erss", "+1%", n_boot=200)
+    assert V.STABLE_MARK in agreed.notes and "resamples" not in agreed.notes
+    for bad in (100, 2.5e4, None):
+        with pytest.raises(ValueError, match="max_boot"):
+            V.checked_claim(check, None, "erss", "+1%", n_boot=200, max_boot=bad)
 
 
 def test_checked_claim_marks_a_verdict_that_depends_on_the_monte_carlo_seed():

@@ -37,17 +37,18 @@ pairs that are equal (in law given every tree, or in expectation) with the theor
 proves it, so a "+0.00% [-0.00, +0.00]" row is read as an identity, not as a measured tie.
 
 Modules: `rules` (the written rules), `decisions` (estimate + CI -> verdict), `checks` (rules applied to
-stored frames, seed stability, claim rows), `catalogue` (notebook claim -> rule, ties).
+stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook claim -> rule, ties).
 """
 
 from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
-from .checks import (SEED_DEPENDENT, STABLE_MARK, AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck,
-                     SpeedupCheck, TrendCheck, VectorStatisticCheck, bootstrap_indices, checked_claim, cluster_of, evaluate, first_level_decision,
-                     paired_difference, paired_sums, seed_stability, to_claim)
+from .checks import (AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
+                     VectorStatisticCheck, bootstrap_indices, cluster_of, first_level_decision, paired_difference,
+                     paired_sums)
 from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
                         decide_exact, decide_trend, power_statement)
+from .recording import SEED_DEPENDENT, STABLE_MARK, checked_claim, evaluate, seed_stability, to_claim
 from .rules import MIN_EFFECT, PARTLY, RULES, Rule
 
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",

@@ -1,22 +1,20 @@
 """Checks that apply a rule to a stored per-step frame: paired sums per prompt, the clustered bootstrap
 over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck` / `SpeedupCheck`, the
-seed-stability check and the claim rows they produce (`checked_claim`)."""
+decisions they give (claims are recorded by `recording`)."""
 
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..intervals import percentile_interval
-from ..results import Claim, claim as make_claim
 from ..traversal_identity import martingale_z
-from .decisions import (Decision, decide_directional, decide_equivalence, decide_every, decide_exact,
-                        decide_trend)
+from .decisions import Decision, decide_directional, decide_equivalence, decide_every, decide_exact, decide_trend
 from .rules import MIN_EFFECT
 
 # ----------------------------------------------------------------------------------------- bootstrap
@@ -473,98 +471,3 @@ def first_level_decision(first_level, margin: float = MIN_EFFECT["equivalence"],
                     f"{d.detail} over {len(rb)} trees (Rao-Blackwellised); sampled difference "
                     f"{100 * rel:+.2f}% +- {196 * se:.2f}% ({z['trees']} trees, {z['contexts']} contexts, "
                     f"z = {z['z']:+.2f}; equivalence margin {100 * margin:g}%)")
-
-
-def evaluate(checks: Iterable[Any], frame, seed: int = 0, n_boot: int = 2000):
-    """Apply every check to ``frame``; returns a DataFrame claim, rule, verdict, estimate, CI, detail."""
-    rows = []
-    for check in checks:
-        d = check.evaluate(frame, seed, n_boot)
-        rows.append({"claim": check.claim, "rule": d.rule, "verdict": d.verdict, "estimate": d.estimate,
-                     "ci_low": d.ci_low, "ci_high": d.ci_high, "detail": d.detail, "power": d.power})
-    return pd.DataFrame(rows)
-
-
-def seed_stability(checks: Sequence[Any], frame, seeds: Sequence[int] = (0, 1), n_boot: int = 2000,
-                   split_by: str | None = None):
-    """Apply the rules under each bootstrap seed (and, with ``split_by``, e.g. the drafting-seed column,
-    on each part of the data separately) and report whether a claim's verdict depends on the seed.
-
-    Returns a DataFrame: claim, rule, one ``verdict@<seed>`` column per bootstrap seed (and one
-    ``verdict[<split>=<v>]`` per part), ``stable`` and, for unstable claims, the CI ends per seed (a
-    verdict that flips between bootstrap seeds has a CI end within Monte-Carlo error of the null or the
-    margin: report it as 'partly' with that reason, or double ``n_boot``)."""
-    if len(seeds) < 2:
-        raise ValueError("need at least two seeds")
-    rows = []
-    for check in checks:
-        row: dict[str, Any] = {"claim": check.claim}
-        verdicts = []
-        for s in seeds:
-            d = check.evaluate(frame, int(s), n_boot)
-            row["rule"] = d.rule
-            row[f"verdict@{s}"] = d.verdict
-            row[f"ci@{s}"] = (round(d.ci_low, 6), round(d.ci_high, 6))
-            verdicts.append(d.verdict)
-        parts = []
-        if split_by is not None and split_by in frame.columns:
-            for value, part in frame.groupby(split_by, sort=True):
-                try:
-                    v = check.evaluate(part, int(seeds[0]), n_boot).verdict
-                except ValueError:
-                    continue
-                row[f"verdict[{split_by}={value}]"] = v
-                parts.append(v)
-        row["stable_bootstrap"] = len(set(verdicts)) == 1
-        row["stable_split"] = len(set(parts)) <= 1
-        row["stable"] = row["stable_bootstrap"] and row["stable_split"]
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def to_claim(decision: Decision, paper: str, claim_text: str, paper_value: Any, ours: str | None = None,
-             notes: str = "") -> Claim:
-    """A `results.Claim` record from a decision (``ours`` defaults to the estimate with its CI)."""
-    extra = "; ".join(x for x in (decision.detail, decision.power, notes) if x)
-    return make_claim(paper, claim_text, paper_value, ours if ours is not None else decision.text(), decision.verdict,
-                      notes=f"rule {decision.rule}: {extra}")
-
-
-SEED_DEPENDENT = "seed-dependent verdict"
-STABLE_MARK = "same verdict under bootstrap seeds"
-"""Markers in a claim's notes (`checked_claim`) that the reports' index counts and lists."""
-
-
-def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequence[int] = (0, 1),
-                  n_boot: int = 2000, ours: str | Callable[[Decision], str] | None = None, notes: str = "",
-                  monte_carlo: Mapping[int, Any] | None = None) -> Claim:
-    """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck, ModelGapCheck or
-    VectorStatisticCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
-    (``ours``: its text, or a function of that decision giving it). Its notes name the rule and say whether every seed
-    gives the same verdict; a verdict that depends on the seed is marked `SEED_DEPENDENT` (a defect:
-    the CI end sits within Monte-Carlo error of the null or the margin).
-
-    ``monte_carlo``: for a frame computed from Monte Carlo integrals (e.g. `experiments.index_law_at_rows`),
-    Monte Carlo seed -> the same frame recomputed with that seed. The rule is applied to each (first bootstrap
-    seed) too, and a verdict that changes with the integrals' own seed is marked `SEED_DEPENDENT` as well."""
-    if len(seeds) < 2:
-        raise ValueError("seeds: need at least two bootstrap seeds")
-    if monte_carlo is not None and (not isinstance(monte_carlo, Mapping) or not monte_carlo):
-        raise ValueError(f"monte_carlo must map Monte Carlo seeds to recomputed frames, got {monte_carlo!r:.80}")
-    decisions = [check.evaluate(frame, int(s), n_boot) for s in seeds]
-    labels = [f"seed {s}" for s in seeds]
-    for mc_seed, mc_frame in (monte_carlo or {}).items():
-        decisions.append(check.evaluate(mc_frame, int(seeds[0]), n_boot))
-        labels.append(f"Monte Carlo seed {mc_seed}")
-    verdicts = [d.verdict for d in decisions]
-    if len(set(verdicts)) == 1:
-        stability = f"{STABLE_MARK} {', '.join(map(str, seeds))}"
-        if monte_carlo:
-            stability += " and Monte Carlo seeds " + ", ".join(
-                f"{s} (estimate {d.estimate:+.4g})" for s, d in zip(monte_carlo, decisions[len(seeds):]))
-    else:
-        stability = f"{SEED_DEPENDENT}: " + ", ".join(f"{v} ({label})" for label, v in zip(labels, verdicts))
-    extra = "; ".join(x for x in (notes, stability) if x)
-    if callable(ours):
-        ours = ours(decisions[0])
-    return to_claim(decisions[0], paper, check.claim, paper_value, ours, extra)
