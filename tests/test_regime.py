@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_lib import experiments as E, regime as RG
+from specdec_lib import exact, experiments as E, regime as RG
 from specdec_lib.decoding import speculative_generate
 from specdec_lib.exact import chi_square_pvalue
 from specdec_lib.models import LanguageModel
@@ -24,6 +24,7 @@ from specdec_lib.models.interpolated import InterpolatedDraft, InterpolatedToyLM
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.synthetic import random_markov_pair, tempered
 from specdec_lib.sampling import process_logits
+from specdec_lib.tree import parse_shape
 
 VOCAB = 64
 
@@ -330,3 +331,23 @@ def test_chi_square_harness_detects_the_synthetic_drafts_own_law(tiny_llamas):
         b = int(torch.multinomial(torch.softmax(syn.logits(prompt + [a])[-1], -1), 1, generator=gen))
         counts[(a, b)] += 1
     assert chi_square_pvalue(counts, law) < 1e-3
+
+
+def test_every_gain_over_token_vanishes_as_the_draft_becomes_the_target():
+    """verdicts.TIES[("block, ASpS, traversal", "token", "draft = target (acceptance 1)")], exact on a toy: at
+    lam = 1 (q = p) token-level emits depth + 1 tokens, the most any verifier can, so every gain over it is 0.
+    Along the synthetic family the toy's traversal gain on a chain rises and then falls (2.2% at lam = 0, 7.0% at
+    0.4, 4.9% at 0.8, 0 at 1): a gain need not grow with acceptance (07's growth claim, traversal on binary trees)."""
+    target, draft = random_markov_pair(3, 1.0, seed=0, eos=False)
+    for shape, depth, verifiers in (("chain:3", 3, ["block", "asps", "traversal"]), ("binary:3", 2, ["traversal"])):
+        parents = parse_shape(shape)
+        for verifier in ["token", *verifiers]:
+            assert exact.expected_step_tokens(verifier, target, InterpolatedToyLM(target, draft, 1.0), (0,), parents,
+                                              "iid") == pytest.approx(depth + 1, abs=1e-12)
+    gain = {}
+    for lam in (0.0, 0.4, 0.8):
+        q = InterpolatedToyLM(target, draft, lam)
+        tokens = {v: exact.expected_step_tokens(v, target, q, (0,), parse_shape("chain:3"), "iid")
+                  for v in ("token", "traversal")}
+        gain[lam] = tokens["traversal"] / tokens["token"] - 1
+    assert gain[0.0] < gain[0.4] and gain[0.8] < gain[0.4] and gain[0.8] > 0.01

@@ -180,6 +180,12 @@ TIES: dict[tuple[str, str, str], tuple[str, str]] = {
         "RRS against point masses accepts child j with probability R[x_j] and removes x_j: the law of drawing "
         "y ~ p once and following the child with token y (Sequoia's top-k baseline)",
         "tests/test_tree_verifiers_exact.py::test_token_on_topk_trees_is_match"),
+    ("block, ASpS, traversal", "token", "draft = target (acceptance 1)"): (
+        "With q = p token-level accepts every drafted token (min(1, p/q) = 1) and emits depth + 1 tokens, the most "
+        "any verifier can emit from a tree of that depth: every gain over token-level is 0 at acceptance 1, so no "
+        "gain grows with acceptance all the way to 1; where it peaks depends on the pair and the tree (a toy's "
+        "chain gain rises then falls along the synthetic family; 07's growth claim)",
+        "tests/test_regime.py::test_every_gain_over_token_vanishes_as_the_draft_becomes_the_target"),
     ("block", "token", "temperature 0"): (
         "One-hot rows: one possible draft, every verifier accepts the same prefix",
         "tests/test_chain_verifiers_exact.py::test_temperature_zero_block_equals_token"),
