@@ -19,7 +19,7 @@ Every claim a notebook records is one of eight kinds (`RULES`). Each rule states
 
 **"partly" has one meaning** (`PARTLY`): the point estimate is on the claimed side (beyond the null in
 the claimed direction, or inside the equivalence margin) but the claim is not established: the 95% CI
-reaches the null (or leaves the margin), or the estimate is below the minimum effect that counts, or
+reaches the null (or leaves the margin) under either of two bootstrap seeds, or the estimate is below the minimum effect that counts, or
 (trends only) two neighbouring cells are significantly reversed. A point estimate on the wrong side
 is "not reproduced" whatever the CI (the `Decision.detail` then says "contradicted" when the CI
 excludes the claimed side too, else "inconclusive, wrong side"). `power_statement` says whether the
@@ -27,7 +27,9 @@ CI was narrow enough to detect the paper's effect ("decided") or not ("underpowe
 inconclusive verdict can be read correctly.
 
 `seed_stability` re-applies the rules with two bootstrap seeds (and, optionally, per drafting seed)
-on stored per-step frames and lists the claims whose verdict changes. `checked_claim(...,
+on stored per-step frames and lists the claims whose verdict changes. `checked_claim` records a claim under
+two bootstrap seeds, doubling the resamples while they disagree (a CI end within the percentile's Monte-Carlo
+error of the null), and records 'partly' for a claim still reproduced under one seed only. `checked_claim(...,
 monte_carlo={seed: frame})` also applies a claim's rule to its frame recomputed with another seed of the
 Monte Carlo integrals it was computed from (e.g. 03's index laws), which the bootstrap seeds cannot see.
 

@@ -29,7 +29,7 @@ def seed_stability(checks: Sequence[Any], frame, seeds: Sequence[int] = (0, 1), 
     Returns a DataFrame: claim, rule, one ``verdict@<seed>`` column per bootstrap seed (and one
     ``verdict[<split>=<v>]`` per part), ``stable`` and, for unstable claims, the CI ends per seed (a
     verdict that flips between bootstrap seeds has a CI end within Monte-Carlo error of the null or the
-    margin: report it as 'partly' with that reason, or double ``n_boot``)."""
+    margin: `checked_claim` doubles the resamples until the seeds agree)."""
     if len(seeds) < 2:
         raise ValueError("need at least two seeds")
     rows = []
@@ -97,8 +97,8 @@ def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequen
                   monte_carlo: Mapping[int, Any] | None = None, max_boot: int = 32000) -> Claim:
     """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck, ModelGapCheck or
     VectorStatisticCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
-    (``ours``: its text, or a function of that decision giving it). Its notes name the rule and say whether every seed
-    gives the same verdict.
+    (``ours``: its text, or a function of the recorded decision giving it). Its notes name the rule and say whether
+    every seed gives the same verdict.
 
     While the bootstrap seeds disagree, the resamples are doubled (from ``n_boot`` up to ``max_boot``): a flip
     between seeds is a CI end within the percentile's Monte-Carlo error of the null or the margin, and more

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 PARTLY = ("partly = the point estimate is on the claimed side (beyond the null in the claimed direction, or "
           "inside the equivalence margin), but the claim is not established: the 95% CI reaches the null or "
-          "leaves the margin, or the estimate is below the minimum effect that counts (trends: or two "
-          "neighbouring cells are significantly reversed)")
+          "leaves the margin under either bootstrap seed (`checked_claim`), or the estimate is below the minimum "
+          "effect that counts (trends: or two neighbouring cells are significantly reversed)")
 
 MIN_EFFECT = {
     "superiority": 0.005,     # relative gain in tokens per step (or the quantity's own unit, see Rule)
