@@ -19,10 +19,10 @@ Every claim a notebook records is one of eight kinds (`RULES`). Each rule states
 
 **"partly" has one meaning** (`PARTLY`): the point estimate is on the claimed side (beyond the null in
 the claimed direction, or inside the equivalence margin) but the claim is not established: the 95% CI
-reaches the null (or leaves the margin) under either of two bootstrap seeds, or the estimate is below the minimum effect that counts, or
-(trends only) two neighbouring cells are significantly reversed. A point estimate on the wrong side
-is "not reproduced" whatever the CI (the `Decision.detail` then says "contradicted" when the CI
-excludes the claimed side too, else "inconclusive, wrong side"). `power_statement` says whether the
+reaches the null (or leaves the margin) under either of two bootstrap seeds, or the estimate is below the
+minimum effect that counts, or (trends only) two neighbouring cells are significantly reversed. A point
+estimate on the wrong side is "not reproduced" whatever the CI (the `Decision.detail` then says
+"contradicted" when the CI excludes the claimed side too, else "inconclusive, wrong side"). `power_statement` says whether the
 CI was narrow enough to detect the paper's effect ("decided") or not ("underpowered"), so an
 inconclusive verdict can be read correctly.
 
