@@ -22,9 +22,9 @@ the claimed direction, or inside the equivalence margin) but the claim is not es
 reaches the null (or leaves the margin) under either of two bootstrap seeds, or the estimate is below the
 minimum effect that counts, or (trends only) two neighbouring cells are significantly reversed. A point
 estimate on the wrong side is "not reproduced" whatever the CI (the `Decision.detail` then says
-"contradicted" when the CI excludes the claimed side too, else "inconclusive, wrong side"). `power_statement` says whether the
-CI was narrow enough to detect the paper's effect ("decided") or not ("underpowered"), so an
-inconclusive verdict can be read correctly.
+"contradicted" when the CI excludes the claimed side too, else "inconclusive, wrong side").
+`power_statement` says whether the CI was narrow enough to detect the paper's effect ("decided") or not
+("underpowered"), so an inconclusive verdict can be read correctly.
 
 `seed_stability` re-applies the rules with two bootstrap seeds (and, optionally, per drafting seed)
 on stored per-step frames and lists the claims whose verdict changes. `checked_claim` records a claim under
