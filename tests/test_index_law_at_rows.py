@@ -76,6 +76,7 @@ def test_max_index_1_is_the_first_index_alone_without_monte_carlo(verifier, monk
 
     p, q = _rows(4, 3)
     full = E.index_law_at_rows(p, q, _index(4), K, verifier, num_samples=4, seed=1)
+
     def no_monte_carlo(*args, **kwargs):
         raise AssertionError("max_index = 1 must not sample")
 

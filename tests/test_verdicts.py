@@ -160,7 +160,7 @@ def test_seed_stability_flags_a_verdict_that_depends_on_the_bootstrap_seed():
     shifted.loc[shifted["verifier"] == "new", "expected_tokens"] -= (lo[0] + lo[1]) / 2
     stable = V.GainCheck("clear", "new", "old", relative=False)
     table = V.seed_stability([check, stable], shifted.assign(expected_tokens=shifted["expected_tokens"]), (0, 1),
-                             n_boot=200)
+                             n_boot=200, max_boot=200)
     flip = table.set_index("claim").loc["diff"]
     assert not flip["stable"] and {flip["verdict@0"], flip["verdict@1"]} == {"reproduced", "partly"}
     big = _frame([0.05] * 7, noise=0.01)
@@ -201,6 +201,8 @@ class _ResampleDependentCheck:
 
 
 def test_checked_claim_doubles_the_resamples_until_the_bootstrap_seeds_agree():
+    table = V.seed_stability([_ResampleDependentCheck()], None, n_boot=200).iloc[0]   # the same doubling
+    assert table["stable"] and table["resamples"] == 800 and table["verdict@0"] == "partly"
     check = _ResampleDependentCheck()
     claim = V.checked_claim(check, None, "erss", "+1%", n_boot=200, ours=lambda d: d.detail)
     assert [n for _, n in check.calls] == [200, 200, 400, 400, 800, 800]

@@ -22,26 +22,26 @@ def evaluate(checks: Iterable[Any], frame, seed: int = 0, n_boot: int = 2000):
 
 
 def seed_stability(checks: Sequence[Any], frame, seeds: Sequence[int] = (0, 1), n_boot: int = 2000,
-                   split_by: str | None = None):
+                   split_by: str | None = None, max_boot: int = 32000):
     """Apply the rules under each bootstrap seed (and, with ``split_by``, e.g. the drafting-seed column,
     on each part of the data separately) and report whether a claim's verdict depends on the seed.
 
+    The bootstrap seeds are compared as `checked_claim` compares them: the resamples are doubled from ``n_boot``
+    up to ``max_boot`` while they disagree (a flip is a CI end within Monte-Carlo error of the null or the margin).
+
     Returns a DataFrame: claim, rule, one ``verdict@<seed>`` column per bootstrap seed (and one
-    ``verdict[<split>=<v>]`` per part), ``stable`` and, for unstable claims, the CI ends per seed (a
-    verdict that flips between bootstrap seeds has a CI end within Monte-Carlo error of the null or the
-    margin: `checked_claim` doubles the resamples until the seeds agree)."""
+    ``verdict[<split>=<v>]`` per part), the CI ends per seed, the ``resamples`` used and ``stable``."""
     if len(seeds) < 2:
         raise ValueError("need at least two seeds")
     rows = []
     for check in checks:
         row: dict[str, Any] = {"claim": check.claim}
-        verdicts = []
-        for s in seeds:
-            d = check.evaluate(frame, int(s), n_boot)
-            row["rule"] = d.rule
+        decisions, row["resamples"] = _bootstrap_decisions(check, frame, seeds, n_boot, max_boot)
+        row["rule"] = decisions[0].rule
+        for s, d in zip(seeds, decisions):
             row[f"verdict@{s}"] = d.verdict
             row[f"ci@{s}"] = (round(d.ci_low, 6), round(d.ci_high, 6))
-            verdicts.append(d.verdict)
+        verdicts = [d.verdict for d in decisions]
         parts = []
         if split_by is not None and split_by in frame.columns:
             for value, part in frame.groupby(split_by, sort=True):
