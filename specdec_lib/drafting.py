@@ -23,6 +23,8 @@ forward per level) and draws each node's children from its draft row:
 `draw_forest(arms, root_token, draft_fn)` drafts several trees at one root in lockstep: one ``draft_fn``
 call per level serves the nodes of all of them (a real model runs max(depth) forwards, not the sum),
 while each tree keeps its own sampling scheme and generator, hence exactly its `draw_tree` draws.
+`forest_draws` is the same drafting as a generator of draft requests, for a caller that serves several
+forests' requests with one forward.
 
 Every random number comes from the ``generator`` passed in (a ``torch.Generator``; None is a
 ValueError, never torch's global RNG). Leaf draft rows are left at zero ("not
@@ -32,7 +34,7 @@ computed"); the draft is never run on the last level.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 import torch
 
@@ -211,8 +213,11 @@ class Forest:
 
     def scored_by(self, target_fn: TargetFn) -> list[DraftTree]:
         """Every tree, complete: one ``target_fn`` call on the merged tree."""
-        rows = target_fn(self.tokens.clone(), list(self.parents))
-        return [p.with_target(rows[idx]) for p, idx in zip(self.pieces, self.index)]
+        return self.with_target(target_fn(self.tokens.clone(), list(self.parents)))
+
+    def with_target(self, target_probs: torch.Tensor) -> list[DraftTree]:
+        """Every tree, complete, given the target rows ``[len(tokens), V]`` of the merged tree."""
+        return [p.with_target(target_probs[idx]) for p, idx in zip(self.pieces, self.index)]
 
 
 def _checked_shape(shape_parents: Sequence[int], sampling: str, generator: torch.Generator) -> list[int]:
@@ -236,6 +241,21 @@ def draw_forest(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], root
     Each tree draws its children with its own sampling scheme and generator, node by node in the order
     `draw_tree` uses, and a row depends only on its node's path: every tree has exactly its `draw_tree`
     law, and the same draws as `draw_tree` with the same generator (the root's row is shared)."""
+    steps = forest_draws(arms, root_token)
+    request = next(steps)
+    while True:
+        try:
+            request = steps.send(draft_fn(*request))
+        except StopIteration as done:
+            return done.value
+
+
+def forest_draws(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], root_token: int
+                 ) -> Generator[tuple[torch.Tensor, list[int], list[int]], torch.Tensor, Forest]:
+    """`draw_forest` as a generator, for a caller that serves the draft requests of several forests
+    with one forward (`experiments.shared_contexts` drafts many contexts of one text together): it
+    yields each request ``(tokens, parents, nodes)`` of ``draft_fn``, takes the rows with ``send`` and
+    returns the `Forest` (``StopIteration.value``). The draws are `draw_forest`'s."""
     if not arms:
         raise ValueError("arms must hold at least one (shape parents, sampling, generator)")
     shapes = [_checked_shape(*arm) for arm in arms]
@@ -260,7 +280,7 @@ def draw_forest(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], root
                   if depths[a][i] == level and children[a][i]]
         nodes = sorted({index[a][i] for a, i in wanted})
         known = sum(1 for d in merged_depths if d <= level)  # level order: nodes 0..known-1 are drawn
-        rows = draft_fn(tokens[:known].clone(), merged_parents[:known], nodes)
+        rows = yield tokens[:known].clone(), merged_parents[:known], nodes
         _check_rows(rows, nodes, root_row.shape[0] if root_row is not None else None)
         row_of = dict(zip(nodes, rows))
         if level == 0:
@@ -279,7 +299,7 @@ def draw_forest(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], root
     for a in range(len(shapes)):
         if draft_probs[a] is None:  # a root-only tree: its row only tells the vocabulary
             if root_row is None:
-                root_row = draft_fn(tokens[:1].clone(), [-1], [0])
+                root_row = yield tokens[:1].clone(), [-1], [0]
                 _check_rows(root_row, [0], None)
                 root_row = root_row[0]
             draft_probs[a] = root_row.unsqueeze(0).clone()

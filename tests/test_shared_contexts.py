@@ -40,9 +40,11 @@ def _prompt(ids, pid="writing-01"):
     return E.PromptIds(pid, pid.split("-")[0], torch.tensor(ids))
 
 
-@pytest.mark.parametrize("shape,sampling", [("binary:3", "iid"), ("kary:2x3", "without_replacement"),
-                                            ("chain:3", "iid")])
-def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
+@pytest.mark.parametrize("shape,sampling,block", [("binary:3", "iid", 1), ("kary:2x3", "without_replacement", 1),
+                                                  ("chain:3", "iid", 1), ("binary:3", "iid", 4), ("chain:3", "race", 6)])
+def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling, block):
+    """Also with ``block`` contexts drafted together (their trees hanging off the text's positions in one tree):
+    every node still sees its own context and ancestors only."""
     T, top_p = 0.8, 0.9
     prompt = _prompt([3, 9, 4, 17])
     gen = torch.Generator().manual_seed(5)
@@ -53,7 +55,8 @@ def test_every_tree_is_rooted_at_the_shared_context(tiny_pair, shape, sampling):
     with torch.no_grad():
         p_rows = process_logits(tiny_pair.target.logits(ids).double(), T, top_p, apply_top_p=True)
         q_rows = process_logits(tiny_pair.draft.logits(ids).double(), T, top_p, apply_top_p=False)
-    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling, gen)], [len(text)], T, top_p)]
+    trees = [t for (t,) in _hf_forest_trees(tiny_pair, prompt, text, [(parents, sampling)], [len(text)], T, top_p,
+                                            lambda j: [gen], block)]
     assert len(trees) == len(text)
     for j, tree in enumerate(trees):
         at = len(prompt.ids) - 1 + j
@@ -85,16 +88,18 @@ def test_frame_pairs_arms_per_context_and_feeds_a_gain_check(tiny_pair):
     assert claim.verdict in VERDICTS and "seed" in claim.notes
 
 
-def test_toy_mean_matches_the_exact_expectation_over_drafts():
+@pytest.mark.parametrize("contexts_per_forward", [None, 8])
+def test_toy_mean_matches_the_exact_expectation_over_drafts(contexts_per_forward):
     """Context-free toy pair: every context has the same rows, so the per-context mean of an arm's exact
-    expected tokens estimates E over drafted trees, computed here by enumerating every draft."""
+    expected tokens estimates E over drafted trees, computed here by enumerating every draft (with each arm's
+    generator running through the contexts, and with a generator per context)."""
     target = ContextIndependentLM([0.4, 0.3, 0.2, 0.1])
     draft = ContextIndependentLM([0.1, 0.2, 0.3, 0.4])
     pair = E.Pair(target, draft, "toy", "context-free toy", context_free=True)
     prompts = [_prompt([1], f"toy-{i:02d}") for i in range(40)]
     for shape, sampling in [("binary:2", "iid"), ("kary:2x2", "without_replacement")]:
         frame = paired_tokens_at_shared_contexts(pair, prompts, {"a": (shape, sampling)}, contexts=25,
-                                                 column="arm", progress=False)
+                                                 column="arm", progress=False, contexts_per_forward=contexts_per_forward)
         parents = resolve_shape(shape)
         # exact: the rows do not depend on the context, so enumerate drafts at any context
         exact = sum(w * expected_tokens("token", t) for w, t in enumerate_drafts(target, draft, (1,), parents, sampling))
@@ -144,8 +149,9 @@ def test_rows_at_shared_contexts_are_the_trees_root_rows(tiny_pair):
     for prompt in prompts:
         s = _prompt_seed(2, prompt)
         text = _target_text(tiny_pair, prompt, 5, 0.8, 0.9, s, torch.Generator().manual_seed(s))
-        for (tree,) in _hf_forest_trees(tiny_pair, prompt, text, [([-1, 0], "iid", torch.Generator().manual_seed(0))],
-                                        [len(text)], 0.8, 0.9):
+        gen = torch.Generator().manual_seed(0)
+        for (tree,) in _hf_forest_trees(tiny_pair, prompt, text, [([-1, 0], "iid")], [len(text)], 0.8, 0.9,
+                                        lambda j: [gen]):
             roots_p.append(tree.target_probs[0].double())
             roots_q.append(tree.draft_probs[0].double())
     assert torch.allclose(P, torch.stack(roots_p), atol=2e-5) and torch.allclose(Q, torch.stack(roots_q), atol=2e-5)
@@ -315,6 +321,36 @@ def test_bad_copies_are_value_errors(copies, needle):
     with pytest.raises(ValueError, match=needle):
         paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, progress=False,
                                          copies_by_arm=copies)
+
+
+def test_contexts_drafted_together_give_the_trees_drafted_one_at_a_time(tiny_pair):
+    """``contexts_per_forward`` = n: each context's trees come from a generator of their own, so they are the
+    same for every n (here 1, 3 and all 7 contexts, with an arm limited to 4 contexts and two copies of another)
+    up to the rounding of batched forwards; the default (None) keeps each arm's generator running through the
+    contexts, so its trees differ from these while having the same law."""
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    arms = {"chain": ("chain:4", "race"), "tree": ("binary:2", "without_replacement")}
+    keys = ["prompt_id", "step", "view", "verifier", "draw"]
+    run = lambda n: paired_tokens_at_shared_contexts(
+        tiny_pair, prompts, arms, 0.9, ["token"], contexts=7, seed=4, progress=False, contexts_by_arm={"tree": 4},
+        copies_by_arm={"chain": 2}, contexts_per_forward=n).sort_values(keys).reset_index(drop=True)
+    one = run(1)
+    assert len(one) == 2 * (7 * 2 + 4) and sorted(set(one.query("arm == 'tree'")["step"])) == [0, 1, 2, 3]
+    for n in (3, 7):
+        together = run(n)
+        assert (together[keys + ["arm", "nodes"]] == one[keys + ["arm", "nodes"]]).all().all()
+        assert torch.allclose(torch.tensor(together["expected_tokens"].to_numpy()),
+                              torch.tensor(one["expected_tokens"].to_numpy()), atol=1e-5), n
+    running = run(None).sort_values(keys).reset_index(drop=True)
+    assert not torch.allclose(torch.tensor(running["expected_tokens"].to_numpy()),
+                              torch.tensor(one["expected_tokens"].to_numpy()), atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.0, True, "4"])
+def test_bad_contexts_per_forward_are_value_errors(n):
+    with pytest.raises(ValueError, match=r"contexts_per_forward must be None or an int >= 1"):
+        paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, contexts=4,
+                                         progress=False, contexts_per_forward=n)
 
 
 @pytest.mark.parametrize("pair_name", ["tiny", "toy"])
