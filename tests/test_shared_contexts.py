@@ -325,17 +325,18 @@ def test_bad_copies_are_value_errors(copies, needle):
 
 def test_contexts_drafted_together_give_the_trees_drafted_one_at_a_time(tiny_pair):
     """``contexts_per_forward`` = n: each context's trees come from a generator of their own, so they are the
-    same for every n (here 1, 3 and all 7 contexts, with an arm limited to 4 contexts and two copies of another)
-    up to the rounding of batched forwards; the default (None) keeps each arm's generator running through the
-    contexts, so its trees differ from these while having the same law."""
+    same for every n (here 1, 3 and all 7 contexts, with the deeper arm limited to 4 contexts and drafted twice, so
+    a block's contexts finish drafting at different levels) up to the rounding of batched forwards; the default
+    (None) keeps each arm's generator running through the contexts, so its trees differ from these while having
+    the same law."""
     prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
     arms = {"chain": ("chain:4", "race"), "tree": ("binary:2", "without_replacement")}
     keys = ["prompt_id", "step", "view", "verifier", "draw"]
     run = lambda n: paired_tokens_at_shared_contexts(
-        tiny_pair, prompts, arms, 0.9, ["token"], contexts=7, seed=4, progress=False, contexts_by_arm={"tree": 4},
+        tiny_pair, prompts, arms, 0.9, ["token"], contexts=7, seed=4, progress=False, contexts_by_arm={"chain": 4},
         copies_by_arm={"chain": 2}, contexts_per_forward=n).sort_values(keys).reset_index(drop=True)
     one = run(1)
-    assert len(one) == 2 * (7 * 2 + 4) and sorted(set(one.query("arm == 'tree'")["step"])) == [0, 1, 2, 3]
+    assert len(one) == 2 * (4 * 2 + 7) and sorted(set(one.query("arm == 'chain'")["step"])) == [0, 1, 2, 3]
     for n in (3, 7):
         together = run(n)
         assert (together[keys + ["arm", "nodes"]] == one[keys + ["arm", "nodes"]]).all().all()

@@ -72,6 +72,11 @@ def _generator_key(name: str, copy: int, common_random_numbers: bool) -> bytes:
     return (base if copy == 0 else f"{base}#copy{copy}").encode()
 
 
+Generators = Callable[[int], Sequence[torch.Generator]]
+"""``generators(j)``: the drafted arms' generators at context j (the same objects at every j when each arm's
+generator runs through the contexts)."""
+
+
 def _generators(prompt_seed: int, keys: Sequence[bytes], per_context: bool) -> Generators:
     """The drafted entries' generators at each context: one per entry running through the contexts, or
     (``per_context``) a fresh one per entry and context, seeded by a 32-bit hash of the prompt's seed, the
@@ -100,11 +105,6 @@ def _target_text(pair: Pair, prompt: PromptIds, contexts: int, temperature: floa
 def _live(limits: list[int], j: int) -> list[int]:
     """The arms (by position) drafted at context ``j``: those whose number of contexts ``limits[a]`` exceeds j."""
     return [a for a, limit in enumerate(limits) if j < limit]
-
-
-Generators = Callable[[int], Sequence[torch.Generator]]
-"""``generators(j)``: the drafted arms' generators at context j (the same objects at every j when each arm's
-generator runs through the contexts)."""
 
 
 def _toy_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[tuple[list[int], str]],
@@ -180,7 +180,8 @@ def _hf_forest_trees(pair: Pair, prompt: PromptIds, text: list[int], arms: list[
         for j, forest in forests.items():
             _attach(tokens, parents, forest.tokens.tolist(), forest.parents, placed[j])
         rows = process_logits(tsess.tree_logits(tokens, parents), temperature, top_p, apply_top_p=True).cpu()
-        for j, forest in forests.items():
+        for j in live:  # in the text's order (a shallower context's forest may have finished first)
+            forest = forests[j]
             trees: list[DraftTree | None] = [None] * len(arms)
             for a, tree in zip(live[j], forest.with_target(rows[placed[j]])):
                 trees[a] = tree
