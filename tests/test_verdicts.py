@@ -127,6 +127,10 @@ def test_trend_every_and_identity_checks():
     t = V.TrendCheck("t", "x", "new", "old").evaluate(up)
     assert t.verdict == "reproduced" and "1: +" in t.detail
     assert V.TrendCheck("t", "x", "new", "old", direction="decreasing").evaluate(up).verdict == "not reproduced"
+    # an expected contrast (the paper's or a theory's, named) gives the trend its power statement
+    assert t.power == "" and V.TrendCheck("t", "x", "new", "old", paper_effect=1.0).evaluate(up).power == "decided"
+    weak = V.TrendCheck("t", "x", "new", "old", paper_effect=1e-4, effect_source="0th-order theory").evaluate(up)
+    assert weak.power.startswith("underpowered (minimum detectable") and "> 0th-order theory 0.0001" in weak.power
     level = V.TrendCheck("t", "x", "new", "old", gain_of="level").evaluate(up)
     assert level.verdict in ("reproduced", "partly")
     every = V.EveryCheck("e", ["x"], V.GainCheck("cell", "new", "old")).evaluate(up)

@@ -376,7 +376,9 @@ class TrendCheck:
     """The gain of ``method`` over ``baseline`` grows (or falls) with the column ``x`` (the trend rule).
 
     Every cell is bootstrapped with the same resampled prompts. ``gain_of``: 'relative' (mean(a)/mean(b)
-    - 1), 'difference' (mean(a) - mean(b)) or 'level' (mean(a) alone: e.g. BE grows with gamma)."""
+    - 1), 'difference' (mean(a) - mean(b)) or 'level' (mean(a) alone: e.g. BE grows with gamma).
+    ``paper_effect``: the contrast expected (the paper's, or ``effect_source``'s, e.g. a theory), for the
+    power statement."""
 
     claim: str
     x: str
@@ -389,6 +391,8 @@ class TrendCheck:
     column: str = "verifier"
     pair_on: str = "tree"
     gain_of: str = "relative"
+    paper_effect: float | None = None
+    effect_source: str = "paper"
 
     def cells(self, frame, seed: int = 0, n_boot: int = 2000):
         sums = paired_sums(_filter(frame, self.where), self.method, self.baseline, [self.x], self.column,
@@ -424,7 +428,8 @@ class TrendCheck:
             for left, right in zip(boots, boots[1:]):
                 s_lo, s_hi = _ci(sign * (right - left), n_clusters)
                 reversed_steps += s_hi < 0
-        d = decide_trend(contrast, lo, hi, reversed_steps, self.direction, self.min_effect)
+        d = decide_trend(contrast, lo, hi, reversed_steps, self.direction, self.min_effect, self.paper_effect,
+                         self.effect_source)
         steps = ", ".join(f"{x}: {100 * p:+.2f}%" for x, p in zip(xs, points)) if self.gain_of != "level" else \
             ", ".join(f"{x}: {p:.3f}" for x, p in zip(xs, points))
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "trend", f"{d.detail}; {steps}", d.power)

@@ -51,7 +51,7 @@ def _nan(x) -> bool:
 
 def decide_directional(estimate: float, ci_low: float, ci_high: float, direction: str = ">", null: float = 0.0,
                        min_effect: float = 0.0, kind: str = "superiority", exact: bool = False,
-                       paper_effect: float | None = None) -> Decision:
+                       paper_effect: float | None = None, effect_source: str = "paper") -> Decision:
     """The superiority / noninferiority / threshold rule for "quantity > null" (or "<").
 
     ``exact=True``: the quantity has no sampling noise (the CI is the point). A missing CI (fewer than
@@ -67,7 +67,7 @@ def decide_directional(estimate: float, ci_low: float, ci_high: float, direction
     sign = 1.0 if direction == ">" else -1.0
     e = sign * (estimate - null)
     clo, chi = (sign * (lo - null), sign * (hi - null)) if sign > 0 else (sign * (hi - null), sign * (lo - null))
-    power = power_statement(lo, hi, paper_effect) if paper_effect is not None and not exact else ""
+    power = power_statement(lo, hi, paper_effect, source=effect_source) if paper_effect is not None and not exact else ""
     if e <= 0.0:
         detail = "contradicted (CI on the wrong side)" if not _nan(chi) and chi < 0 else "inconclusive, wrong side"
         return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, detail, power)
@@ -120,22 +120,25 @@ def decide_every(decisions: Sequence[Decision]) -> Decision:
 
 
 def decide_trend(contrast: float, contrast_low: float, contrast_high: float, reversed_steps: int,
-                 direction: str = "increasing", min_effect: float = MIN_EFFECT["trend"]) -> Decision:
+                 direction: str = "increasing", min_effect: float = MIN_EFFECT["trend"],
+                 paper_effect: float | None = None, effect_source: str = "paper") -> Decision:
     """The trend rule (module docstring): the directional rule on the contrast, downgraded to partly
-    when ``reversed_steps`` neighbouring steps are significantly reversed."""
+    when ``reversed_steps`` neighbouring steps are significantly reversed. ``paper_effect``: the contrast
+    expected (from ``effect_source``), for the power statement."""
     d = decide_directional(contrast, contrast_low, contrast_high, ">" if direction == "increasing" else "<",
-                           0.0, min_effect, kind="trend")
+                           0.0, min_effect, kind="trend", paper_effect=paper_effect, effect_source=effect_source)
     if d.verdict == REPRODUCED and reversed_steps > 0:
         return Decision(PARTLY_V, d.estimate, d.ci_low, d.ci_high, "trend",
-                        f"{reversed_steps} neighbouring step(s) significantly reversed")
+                        f"{reversed_steps} neighbouring step(s) significantly reversed", d.power)
     return d
 
 
 def power_statement(ci_low: float, ci_high: float, paper_effect: float | None, alpha: float = 0.05,
-                    power: float = 0.8) -> str:
+                    power: float = 0.8, source: str = "paper") -> str:
     """"decided" when the CI is narrow enough to detect the paper's effect (two-sided ``alpha``, power
     ``power``), else "underpowered (needs ~Nx the prompts)". With half-width h of the 95% CI, SE = h/1.96
-    and the minimum detectable effect is (z_{1-alpha/2} + z_power) * SE (= 1.43 h at 5% / 80%)."""
+    and the minimum detectable effect is (z_{1-alpha/2} + z_power) * SE (= 1.43 h at 5% / 80%).
+    ``source`` names where the expected effect comes from when it is not the paper (e.g. a theory)."""
     from scipy.stats import norm  # scipy.stats takes ~0.5 s to import; only power statements need it
 
     if paper_effect is None or _nan(ci_low) or _nan(ci_high):
@@ -148,7 +151,7 @@ def power_statement(ci_low: float, ci_high: float, paper_effect: float | None, a
         raise ValueError("paper_effect must be non-zero")
     if mde <= target:
         return "decided"
-    return f"underpowered (minimum detectable {mde:.3g} > paper {target:.3g}; needs ~{(mde / target) ** 2:.1f}x the prompts)"
+    return f"underpowered (minimum detectable {mde:.3g} > {source} {target:.3g}; needs ~{(mde / target) ** 2:.1f}x the prompts)"
 
 
 def cells_significantly_above(gaps: Sequence[float], ses: Sequence[float], alpha: float = 0.05,
