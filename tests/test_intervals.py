@@ -4,7 +4,7 @@ against the plain percentile interval it replaces, and its input checks."""
 import numpy as np
 import pytest
 
-from specdec_lib.intervals import expanded_tail, percentile_interval
+from specdec_lib.intervals import expanded_tail, few_units, percentile_interval
 
 
 def _coverage(n_units: int, expanded: bool, sims: int = 1000, n_boot: int = 1000, seed: int = 0,
@@ -66,3 +66,26 @@ def test_bad_level_and_replicates_raise_value_error():
         percentile_interval(np.arange(10.0), 6, level=1.5)
     with pytest.raises(ValueError, match="boots"):
         percentile_interval([1.0], 6)
+
+
+def test_too_few_clusters_for_any_percentile_interval_take_the_t_interval():
+    """With 2-5 clusters the bootstrap cannot leave the units' range, which misses the mean of a symmetric law with
+    probability 2 (1/2)^n (two prompts: 50%): the t interval covers ~95% of normal data sets instead."""
+    assert [few_units(n) for n in (2, 3, 5, 6, 26)] == [True, True, True, False, False]
+    assert few_units(6, level=0.99) and not few_units(4, level=0.8)
+    rng = np.random.default_rng(0)
+    for n_units in (2, 3, 5):
+        plain_range = expanded = 0
+        for _ in range(1000):
+            x = 1.0 + rng.standard_normal(n_units)
+            boots = x[rng.integers(0, n_units, size=(500, n_units))].mean(axis=1)
+            plain_range += x.min() <= 1.0 <= x.max()
+            lo, hi = percentile_interval(boots, n_units)
+            expanded += lo <= 1.0 <= hi
+        assert plain_range / 1000 <= 1 - 2 * 0.5 ** n_units + 0.04   # the best a percentile interval can do
+        assert 0.92 <= expanded / 1000 <= 0.99
+    # two units: the classical Student interval, mean +- t_{1, 0.975} * |a - b| / 2
+    a, b = 1.0, 3.0
+    boots = np.array([a, (a + b) / 2, (a + b) / 2, b])  # the exact bootstrap law of the mean of two
+    lo, hi = percentile_interval(boots, 2)
+    assert (lo, hi) == pytest.approx((2.0 - 12.706 * 1.0, 2.0 + 12.706 * 1.0), abs=1e-3)
