@@ -63,9 +63,9 @@ def percentile_interval(boots, n_units: int, level: float = 0.95) -> tuple[float
     boots = np.asarray(boots, dtype=float).ravel()
     if boots.size < 2:
         raise ValueError(f"boots must hold at least two bootstrap replicates, got {boots.size}")
-    tail = expanded_tail(n_units, level)
     if few_units(n_units, level):
         t = stats.t.ppf(1.0 - (1.0 - float(level)) / 2.0, df=n_units - 1)
         half = math.sqrt(n_units / (n_units - 1)) * t * float(boots.std())
         return float(boots.mean() - half), float(boots.mean() + half)
+    tail = expanded_tail(n_units, level)
     return float(np.quantile(boots, tail)), float(np.quantile(boots, 1.0 - tail))
