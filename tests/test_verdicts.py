@@ -549,3 +549,27 @@ def test_a_statistic_of_resampled_vectors_is_contrasted_between_two_cells():
         check.evaluate(frame.drop(columns="p2"))
     with pytest.raises(ValueError, match="no rows"):
         V.VectorStatisticCheck("x", first, ["p1"], "temperature", "cold", "warm").evaluate(frame)
+
+
+def test_every_rule_shows_its_least_favourable_cell():
+    """Among the cells with the claim's verdict, the claim shows the one whose CI comes nearest the null from the
+    claimed side (03's C3: the GSS cell at +2.8% [+0.0, +5.8], not the first, ERSS at +3.7% [+0.8, +7.0])."""
+    first, weak = V.decide_directional(0.037, 0.008, 0.070), V.decide_directional(0.028, 0.0001, 0.058)
+    assert V.decide_every([first, weak]).estimate == 0.037                      # without signs: the first cell
+    assert V.decide_every([first, weak], [1, 1]).estimate == 0.028
+    below = [V.decide_directional(-0.10, -0.12, -0.08, "<"), V.decide_directional(-0.05, -0.09, -0.01, "<")]
+    assert V.decide_every(below, [-1, -1]).estimate == -0.05                    # claimed below 0: the highest CI end
+    close = [V.decide_equivalence(0.0, -0.002, 0.002, 0.01), V.decide_equivalence(0.004, -0.001, 0.009, 0.01)]
+    assert V.decide_every(close, [0, 0]).estimate == 0.004                      # closeness: the widest reach from 0
+    partly = [V.decide_directional(0.03, -0.01, 0.05), V.decide_directional(0.02, -0.03, 0.06), first]
+    assert V.decide_every(partly, [1, 1, 1]).estimate == 0.02                   # only cells with the claim's verdict
+    with pytest.raises(ValueError, match="signs"):
+        V.decide_every([first, weak], [1])
+    with pytest.raises(ValueError, match="signs"):
+        V.decide_every([first, weak], [1, 2])
+
+
+def test_every_check_reads_each_cell_check_s_claimed_side():
+    assert [V.claimed_sign(c) for c in (V.GainCheck("a", "m", "b"), V.GainCheck("a", "m", "b", direction="<"),
+                                         V.TrendCheck("t", "k", "m", "b", direction="decreasing"))] == [1, -1, -1]
+    assert V.claimed_sign(V.ModelGapCheck("g", lambda r: 1.0, ["p1"], direction="=", margin=0.1)) == 0

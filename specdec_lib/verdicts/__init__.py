@@ -45,7 +45,7 @@ stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook 
 from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
-from .checks import (AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
+from .checks import (AllOfCheck, EveryCheck, GainCheck, claimed_sign, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
                      VectorStatisticCheck, bootstrap_indices, cluster_of, first_level_decision, paired_difference,
                      paired_sums)
 from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
@@ -56,7 +56,7 @@ from .rules import MIN_EFFECT, PARTLY, RULES, Rule
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
            "cluster_of", "paired_sums",
-           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "IdentityCheck", "ModelGapCheck",
+           "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "claimed_sign", "IdentityCheck", "ModelGapCheck",
            "VectorStatisticCheck", "SpeedupCheck",
            "first_level_decision",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",

@@ -194,6 +194,14 @@ class GainCheck:
                                  self.kind)
 
 
+def claimed_sign(check) -> int:
+    """The side of 0 a cell check claims its statistic is on: +1 (direction '>' or 'increasing'), -1 ('<',
+    'decreasing'), 0 ('=' or the equivalence kind: close to 0). Checks without a ``direction`` claim '>'."""
+    if getattr(check, "kind", None) == "equivalence":
+        return 0
+    return {">": 1, "increasing": 1, "<": -1, "decreasing": -1, "=": 0}[getattr(check, "direction", ">")]
+
+
 @dataclass
 class EveryCheck:
     """A cell check (`GainCheck` or `ModelGapCheck`) in every cell of ``by`` (the 'every' rule)."""
@@ -207,7 +215,7 @@ class EveryCheck:
         decisions = []
         for _, part in frame.groupby(list(self.by), dropna=False, sort=True):
             decisions.append(replace(self.cell, where={}).evaluate(part, seed, n_boot))
-        return decide_every(decisions)
+        return decide_every(decisions, [claimed_sign(self.cell)] * len(decisions))
 
 
 @dataclass
@@ -325,7 +333,8 @@ class AllOfCheck:
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
         if not self.cells:
             raise ValueError("cells must hold at least one check")
-        return decide_every([cell.evaluate(frame, seed, n_boot) for cell in self.cells])
+        return decide_every([cell.evaluate(frame, seed, n_boot) for cell in self.cells],
+                            [claimed_sign(cell) for cell in self.cells])
 
 
 @dataclass

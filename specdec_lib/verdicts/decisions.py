@@ -102,10 +102,25 @@ def decide_exact(error: float, tol: float = MIN_EFFECT["exact"]) -> Decision:
                     f"max |difference| {abs(error):.1e} {'<=' if ok else '>'} {tol:g}")
 
 
-def decide_every(decisions: Sequence[Decision]) -> Decision:
-    """The every rule over cell decisions (module docstring)."""
+def _nearest_to_null(d: Decision, sign: int) -> float:
+    """How far a cell's CI stays on the claimed side of 0 (``sign`` +1: above, -1: below; its point estimate
+    without a CI); for ``sign`` 0 (a closeness claim) minus its CI's largest distance from 0. Smaller is less
+    favourable."""
+    low, high = (d.estimate, d.estimate) if _nan(d.ci_low) or _nan(d.ci_high) else (d.ci_low, d.ci_high)
+    if sign == 0:
+        return -max(abs(low), abs(high))
+    return low if sign > 0 else -high
+
+
+def decide_every(decisions: Sequence[Decision], signs: Sequence[int] | None = None) -> Decision:
+    """The every rule over cell decisions (module docstring). The claim shows its least favourable cell among
+    those with the claim's verdict: the one whose CI comes nearest the null from the claimed side, ``signs``
+    giving each cell's claimed side (+1 above 0, -1 below, 0 close to 0; `claimed_sign`). Without ``signs``, the
+    first cell with the claim's verdict."""
     if not decisions:
         raise ValueError("no cells")
+    if signs is not None and (len(signs) != len(decisions) or any(s not in (-1, 0, 1) for s in signs)):
+        raise ValueError(f"signs must hold one of -1, 0, +1 per cell, got {list(signs)!r} for {len(decisions)} cells")
     verdicts = [d.verdict for d in decisions]
     n_ok = sum(v == REPRODUCED for v in verdicts)
     if NOT_REPRODUCED in verdicts:
@@ -114,7 +129,8 @@ def decide_every(decisions: Sequence[Decision]) -> Decision:
         verdict = REPRODUCED
     else:
         verdict = PARTLY_V
-    worst = next(d for d in decisions if d.verdict == verdict)  # the first cell with the claim's verdict
+    cells = [(d, 1 if signs is None else signs[i]) for i, d in enumerate(decisions) if d.verdict == verdict]
+    worst = cells[0][0] if signs is None else min(cells, key=lambda c: _nearest_to_null(*c))[0]
     return Decision(verdict, worst.estimate, worst.ci_low, worst.ci_high, "every",
                     f"{n_ok}/{len(decisions)} cells reproduced; least favourable: {worst.detail}")
 
