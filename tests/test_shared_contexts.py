@@ -384,3 +384,37 @@ def test_bad_contexts_by_arm_are_value_errors(limit, needle):
     with pytest.raises(ValueError, match=needle):
         paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, contexts=4,
                                          progress=False, contexts_by_arm=limit)
+
+
+@pytest.mark.parametrize("pair_name,per_forward", [("tiny", 3), ("tiny", None), ("toy", None)])
+def test_extra_copies_limited_to_the_first_contexts_are_the_copies_drafted_there(tiny_pair, pair_name, per_forward):
+    """``copy_contexts_by_arm``: an arm's copies 1, 2, ... are drafted at its first n contexts only; copy 0 keeps
+    every context, and every tree drafted is the one the call without the limit drafts there (each copy has a
+    generator of its own, so a shorter copy changes no other copy's draws)."""
+    pair = tiny_pair if pair_name == "tiny" else E.toy_pair()
+    prompts = [_prompt([3, 5, 4], "writing-01"), _prompt([7, 1, 3, 2], "qa-01")]
+    arms = {"chain": ("chain:3", "race"), "star": ("batch:3x1", "race")}
+    keys = ["arm", "prompt_id", "step", "view", "verifier", "draw"]
+    run = lambda **kw: paired_tokens_at_shared_contexts(pair, prompts, arms, 1.0, ["token"], contexts=6, seed=3,
+                                                        progress=False, copies_by_arm={"chain": 3},
+                                                        contexts_per_forward=per_forward, **kw)
+    full, limited = run(), run(copy_contexts_by_arm={"chain": 2})
+    chains = limited.query("arm == 'chain'")
+    assert sorted(set(chains.query("draw == 0")["step"])) == list(range(6))
+    assert sorted(set(chains.query("draw > 0")["step"])) == [0, 1] and set(chains["draw"]) == {0, 1, 2}
+    assert len(limited.query("arm == 'star'")) == len(full.query("arm == 'star'"))
+    merged = limited.merge(full, on=keys, suffixes=("_limited", "_full"))
+    assert len(merged) == len(limited) == len(full) - 2 * 2 * 4  # 2 prompts x 2 copies x 4 contexts fewer
+    assert torch.allclose(torch.tensor(merged["expected_tokens_limited"].to_numpy()),
+                          torch.tensor(merged["expected_tokens_full"].to_numpy()), atol=1e-5)
+
+
+@pytest.mark.parametrize("limit,needle", [({"nope": 2}, r"copy_contexts_by_arm names arms that are not drafted"),
+                                          ({"a": 0}, r"copy_contexts_by_arm\['a'\] must be an int >= 1"),
+                                          ({"a": 2.0}, r"copy_contexts_by_arm\['a'\] must be an int >= 1"),
+                                          ({"a": 3}, r"copy_contexts_by_arm\['a'\] = 3 exceeds the arm's contexts \(2\)"),
+                                          ([("a", 2)], "copy_contexts_by_arm must be a mapping")])
+def test_bad_copy_contexts_are_value_errors(limit, needle):
+    with pytest.raises(ValueError, match=needle):
+        paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, contexts=4,
+                                         progress=False, contexts_by_arm={"a": 2}, copy_contexts_by_arm=limit)

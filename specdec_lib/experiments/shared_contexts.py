@@ -237,7 +237,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      common_random_numbers: bool = False,
                                      copies_by_arm: Mapping[str, int] | None = None,
                                      contexts_by_arm: Mapping[str, int] | None = None,
-                                     contexts_per_forward: int | None = None) -> pd.DataFrame:
+                                     contexts_per_forward: int | None = None,
+                                     copy_contexts_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -273,6 +274,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     an arm whose claim needs more contexts (e.g. a cheap chain) gets them without the cost of every arm there.
     Arms compared per context (``pair_on="tree"``) meet at the contexts both were drafted at.
 
+    ``copy_contexts_by_arm``: arm name -> n in 1..(the arm's contexts): that arm's copies 1, 2, ... are drafted at
+    the first n contexts only (default: at all of them); copy 0 keeps all the arm's contexts and its trees. So an
+    arm drafted far for one claim (a cheap chain) gets its extra copies only where another claim pairs it with a
+    costlier arm. Claims that pool contexts must then average the copies per context first (a context with
+    two copies would otherwise weigh twice).
+
     ``contexts_per_forward``: None (default) drafts one context after another, each arm's generator running
     through the contexts. An int n >= 1 drafts n contexts of the text together (one draft forward per level and
     one target forward for all their trees: the text's positions form a chain and each context's trees hang off
@@ -296,6 +303,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     contexts_of = _per_arm("contexts_by_arm", contexts_by_arm, arms_, contexts,
                            lambda n: isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= contexts,
                            f"an int in 1..contexts ({contexts})")
+    copy_contexts_of = _per_arm("copy_contexts_by_arm", copy_contexts_by_arm, arms_, None,
+                                lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1,
+                                "an int >= 1 (at most the arm's contexts)")
+    for name, n in copy_contexts_of.items():
+        if n is not None and n > contexts_of[name]:
+            raise ValueError(f"copy_contexts_by_arm[{name!r}] = {n} exceeds the arm's contexts ({contexts_of[name]})")
     if contexts_per_forward is not None and (isinstance(contexts_per_forward, bool)
                                              or not isinstance(contexts_per_forward, int) or contexts_per_forward < 1):
         raise ValueError(f"contexts_per_forward must be None or an int >= 1, got {contexts_per_forward!r}")
@@ -303,7 +316,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     drafted_names = [(name, c) for name in arms_ for c in range(copies_of[name])]
     drafted = [arms_[name] for name, _ in drafted_names]
     keys = [_generator_key(name, copy, common_random_numbers) for name, copy in drafted_names]
-    limits = [contexts_of[name] for name, _ in drafted_names]
+    limits = [contexts_of[name] if copy == 0 or copy_contexts_of[name] is None else copy_contexts_of[name]
+              for name, copy in drafted_names]
     frames = []
     iterator: Iterable[PromptIds] = prompts
     if progress:
