@@ -112,10 +112,12 @@ def expected_node_acceptance(p: torch.Tensor, q: torch.Tensor, k: int, sampling:
     scheme = SCHEME_OF_SAMPLING.get(sampling)
     if scheme is None or scheme == "topk":
         raise ValueError(f"sampling must be one of iid, without_replacement, race (drawn children), got {sampling!r}")
-    if scheme == "iid":
+    if scheme == "iid" and k > 1:
         return first_level_acceptance_iid(p, q, k)
     p = torch.as_tensor(p, dtype=torch.float64)
     q = torch.as_tensor(q, dtype=torch.float64)
+    if k == 1:  # one child, under any scheme: accepted with probability sum_x min(p_x, q_x) = 1 - TV
+        return float(torch.minimum(p / p.sum(), q / q.sum()).sum())
     law = positional_acceptance(p[None] / p.sum(), q[None] / q.sum(), k, scheme, num_samples=num_samples,
                                 generator=generator)
     return float(law.sum())

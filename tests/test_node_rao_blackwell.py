@@ -207,3 +207,18 @@ def test_on_race_chains_erss_rb_depends_on_the_tokens_only_and_keeps_the_verifie
                          for u in range(3))
     wrong = torch.tensor([conditioned_on_the_wrong_winner(t) for t in trees], dtype=torch.float64) - exact_values
     assert abs(float(wrong.mean())) > 6 * float(wrong.std()) / math.sqrt(len(trees))
+
+
+@pytest.mark.parametrize("sampling", ["iid", "without_replacement", "race"])
+def test_one_child_acceptance_is_one_minus_tv_under_every_scheme(sampling):
+    """A node with one child accepts it with probability sum_x min(p_x, q_x) whatever the scheme: the closed form
+    `expected_node_acceptance` takes for k = 1 equals the general paths (exact positional law, i.i.d. formula)."""
+    from specdec_lib.theory import positional_acceptance
+    from specdec_lib.traversal_identity import first_level_acceptance_iid
+    g = torch.Generator().manual_seed(5)
+    p, q = torch.rand(300, generator=g, dtype=torch.float64) ** 3, torch.rand(300, generator=g, dtype=torch.float64) ** 3
+    value = NRB.expected_node_acceptance(p, q, 1, sampling)
+    general = float(positional_acceptance((p / p.sum())[None], (q / q.sum())[None], 1, "without_replacement").sum())
+    assert value == pytest.approx(general, abs=1e-12)
+    assert value == pytest.approx(first_level_acceptance_iid(p / p.sum(), q / q.sum(), 1), abs=1e-12)
+    assert value == pytest.approx(1.0 - 0.5 * float((p / p.sum() - q / q.sum()).abs().sum()), abs=1e-12)
