@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
+from specdec_lib.data import load_prompts
 from specdec_lib.decoding import speculative_generate
 from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
@@ -352,3 +353,54 @@ def test_an_export_without_a_head_vocabulary_loads_with_the_full_head(tmp_path):
     export_feature_draft(draft, tmp_path, {})
     assert not (tmp_path / "head_vocab.safetensors").exists()
     assert getattr(load_feature_draft(target, tmp_path).student.get_output_embeddings(), "vocab_ids", None) is None
+
+
+def test_prompt_set_probe_scores_every_draft_on_every_set(tmp_path):
+    """Each (set, draft) cell is `online.depth_acceptance` of that draft on that set's samples; the same draft
+    exported twice scores the same everywhere (the control), a different one does not; bad input is a ValueError."""
+    from specdec_lib.eagle.online import depth_acceptance
+    from specdec_lib.eagle.probes import prompt_set_acceptance
+
+    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
+    draft = FeatureDraft(build_student(target, 1))
+    export_feature_draft(draft, tmp_path / "a", {})
+    export_feature_draft(draft, tmp_path / "b", {})
+    with torch.no_grad():
+        draft.inject.weight.normal_(0.0, 0.5)
+    export_feature_draft(draft, tmp_path / "c", {})
+    gen = torch.Generator().manual_seed(4)
+
+    def seqs(*shapes):
+        return [FeatureSample(t, n, torch.zeros(len(t) - 1, 1), torch.zeros(len(t) - 1, 1, dtype=torch.long),
+                              torch.zeros(len(t) - 1, 1))
+                for t, n in [(torch.randint(0, VOCAB, (length,), generator=gen), n) for length, n in shapes]]
+
+    samples = {"x": seqs((10, 4), (8, 3)), "y": seqs((9, 2))}
+    dirs = {name: tmp_path / name for name in "abc"}
+    out = prompt_set_acceptance(target, samples, dirs, depth=2)
+    assert out["positions"] == {"x": 6 + 5, "y": 7}
+    for name, seq in samples.items():
+        cell = out["acceptance"][name]
+        assert cell["a"] == cell["b"] == depth_acceptance(load_feature_draft(target, tmp_path / "a"), target, seq, 2)
+        assert cell["c"] != cell["a"] and len(cell["c"]) == 2
+    with pytest.raises(ValueError, match="depth"):
+        prompt_set_acceptance(target, samples, dirs, depth=0)
+    with pytest.raises(ValueError, match="directories"):
+        prompt_set_acceptance(target, samples, {})
+    with pytest.raises(ValueError, match="empty: \\['y'\\]"):
+        prompt_set_acceptance(target, {"x": samples["x"], "y": []}, dirs)
+
+
+def test_prompt_sets_are_13_per_category_prompts_each_from_their_own_source():
+    from specdec_lib.distill import seed_instructions
+    from specdec_lib.eagle.probes import prompt_sets
+
+    sets = prompt_sets(1, seeds=500)
+    assert {k: len(v) for k, v in sets.items()} == {"heldout": 13, "train": 13, "self_made": 13}
+    assert sets["heldout"] == [p.text for p in load_prompts("heldout", per_category=1)]
+    assert sets["train"] == [p.text for p in load_prompts("train", per_category=1)]
+    assert set(sets["self_made"]) <= set(seed_instructions(500, seed=0))
+    assert not set(sets["self_made"]) & set(sets["heldout"])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="per_category"):
+            prompt_sets(bad)

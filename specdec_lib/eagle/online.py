@@ -49,7 +49,7 @@ from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acce
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",
            "HEADS", "with_head", "rollout_levels", "online_loss", "DraftRun", "train_online", "heldout_rollouts",
-           "depth_acceptance", "main"]
+           "continuation_samples", "depth_acceptance", "main"]
 
 
 @dataclass
@@ -320,9 +320,15 @@ def _keep_recent(buffer: list[Rollouts], max_tokens: int) -> list[Rollouts]:
 
 
 def heldout_rollouts(lm, per_category: int | None, new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
-    """Target continuations of the held-out prompts as `FeatureSample` s for `train.acceptance_by_depth`
+    """Target continuations of the held-out prompts (`continuation_samples`)."""
+    return continuation_samples(lm, [p.text for p in load_prompts("heldout", per_category=per_category)],
+                                new_tokens, seed)
+
+
+def continuation_samples(lm, texts: Sequence[str], new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
+    """The target's continuations of ``texts`` at T = 1 as `FeatureSample` s for `train.acceptance_by_depth`
     (which recomputes features and rows; the stored rows are left empty)."""
-    prompts = [lm.encode(p.text).tolist() for p in load_prompts("heldout", per_category=per_category)]
+    prompts = [lm.encode(t).tolist() for t in texts]
     roll = sample_continuations(lm.model, prompts, new_tokens, lm.eos_token_id, _pad_id(lm), seed)
     out = []
     for b, n in enumerate(roll.lengths.tolist()):

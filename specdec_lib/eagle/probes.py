@@ -17,12 +17,18 @@ through its own norm and head. Keeping the first k layers is the early exit at k
 The head-vocabulary probe (`head_vocabulary_acceptance`) asks what the committed feature draft loses by
 scoring only its head vocabulary (`models.subset_head`: q = 0 outside it): its acceptance by depth with
 that head and with the target's full tied head (the same weights), and the target's mass outside the
-head vocabulary at the same positions. Command lines (each writes ``data/results/draft_probes/<probe>.json``
+head vocabulary at the same positions.
+
+The prompt-set probe (`prompt_set_acceptance`) asks whether the acceptance a draft reaches on what it is trained
+on carries over to the held-out prompts its record measures: the same drafts, by depth, on the target's
+continuations of the held-out prompts, of the training split, and of the self-made instructions `online` samples
+beside it (`distill.seed_instructions`). Command lines (each writes ``data/results/draft_probes/<probe>.json``
 with its parameters)::
 
     python -m specdec_lib.eagle.probes --per-category 2 --new-tokens 48
     python -m specdec_lib.eagle.probes --probe head_vocabulary --per-category 2 --new-tokens 96
     python -m specdec_lib.eagle.probes --probe layer_skip --per-category 2 --new-tokens 48
+    python -m specdec_lib.eagle.probes --probe prompt_sets --per-category 2 --new-tokens 96 --drafts DIR,DIR
 """
 
 from __future__ import annotations
@@ -30,20 +36,22 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from ..data import load_prompts
+from ..distill import seed_instructions
 from ..models import load_model
 from ..models.offline import REPO_ROOT
 
 __all__ = ["early_exit_acceptance", "layer_skip_acceptance", "skip_patterns", "sampled_continuations",
-           "head_vocabulary_acceptance", "main"]
+           "head_vocabulary_acceptance", "prompt_sets", "prompt_set_acceptance", "main"]
 
 OUT_DIR = REPO_ROOT / "data" / "results" / "draft_probes"
-PROBES = ("early_exit", "head_vocabulary", "layer_skip")
+PROBES = ("early_exit", "head_vocabulary", "layer_skip", "prompt_sets")
 
 
 def _scored(model, sequences: Sequence[tuple[torch.Tensor, int]], temperature: float) -> list[tuple[torch.Tensor, slice]]:
@@ -184,13 +192,51 @@ def head_vocabulary_acceptance(target_model, samples, directory: Path | str | No
             "target_mass_outside": outside / max(positions, 1), "positions": positions}
 
 
+def prompt_sets(per_category: int, seeds: int = 20000, seed: int = 0) -> dict[str, list[str]]:
+    """The prompt sets `prompt_set_acceptance` compares, 13 x ``per_category`` prompts each: the first
+    ``per_category`` held-out and training-split prompts of every category, and as many of the ``seeds``
+    self-made instructions `online` trains on (`distill.seed_instructions`, drawn with ``seed``)."""
+    if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
+        raise ValueError(f"per_category must be an int >= 1, got {per_category!r}")
+    heldout = [p.text for p in load_prompts("heldout", per_category=per_category)]
+    made = seed_instructions(seeds, seed=seed)
+    return {"heldout": heldout, "train": [p.text for p in load_prompts("train", per_category=per_category)],
+            "self_made": random.Random(seed).sample(made, min(len(heldout), len(made)))}
+
+
+@torch.no_grad()
+def prompt_set_acceptance(target_model, samples: dict[str, Sequence], directories: dict[str, Path | str],
+                          depth: int = 2) -> dict:
+    """Each feature draft of ``directories`` (name -> exported directory, `model.load_feature_draft`): mean
+    acceptance sum_x min(p, q) at T = 1 by depth 1..``depth`` (`online.depth_acceptance`) over the continuation
+    positions of each prompt set's ``samples`` (name -> `FeatureSample` s, `online.continuation_samples`).
+    Returns {"acceptance": {set: {draft: [...]}}, "positions": {set: n}}."""
+    from .model import load_feature_draft
+    from .online import depth_acceptance
+
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    if not directories:
+        raise ValueError("directories must name at least one feature draft")
+    empty = [name for name, s in samples.items() if not s]
+    if not samples or empty:
+        raise ValueError(f"samples must hold at least one sequence per prompt set; empty: {empty}")
+    drafts = {name: load_feature_draft(target_model, d) for name, d in directories.items()}
+    return {"acceptance": {set_name: {name: depth_acceptance(draft, target_model, seqs, depth)
+                                      for name, draft in drafts.items()} for set_name, seqs in samples.items()},
+            "positions": {set_name: sum(len(s.tokens) - int(s.prompt_len) for s in seqs)
+                          for set_name, seqs in samples.items()}}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--probe", default="early_exit", choices=PROBES)
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0, help="early_exit, layer_skip (head_vocabulary: T = 1)")
-    ap.add_argument("--depth", type=int, default=2, help="head_vocabulary: drafted depths measured")
+    ap.add_argument("--depth", type=int, default=2, help="head_vocabulary, prompt_sets: drafted depths measured")
+    ap.add_argument("--drafts", default=None, help="prompt_sets: exported feature-draft directories, comma-separated "
+                                                    "(default: the committed one)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="default: data/results/draft_probes/<probe>.json")
@@ -204,12 +250,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                   if a.probe == "early_exit" else
                   layer_skip_acceptance(lm.model, sequences, skip_patterns(num_layers), a.temperature))
         shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
-    else:
+    elif a.probe == "head_vocabulary":
         from .online import heldout_rollouts
 
         sequences = heldout_rollouts(lm, a.per_category, a.new_tokens)
         result = head_vocabulary_acceptance(lm.model, sequences, depth=a.depth)
         shown = {**result["acceptance"], "target_mass_outside": round(result["target_mass_outside"], 4)}
+    else:
+        from .model import EAGLE_DIR
+        from .online import continuation_samples
+
+        dirs = [Path(d) for d in a.drafts.split(",")] if a.drafts else [EAGLE_DIR]
+        samples = {name: continuation_samples(lm, texts, a.new_tokens)
+                   for name, texts in prompt_sets(a.per_category).items()}
+        result = prompt_set_acceptance(lm.model, samples, {str(d): d for d in dirs}, depth=a.depth)
+        sequences = samples["heldout"]
+        shown = result["acceptance"]
     record = {"probe": a.probe, "parameters": vars(a), "target": lm.name, "prompts": len(sequences),
               "machine": f"{platform.machine()} {platform.system()}", **result}
     out = Path(a.out) if a.out else OUT_DIR / f"{a.probe}.json"
