@@ -280,6 +280,10 @@ def test_training_summary_and_loss_frame_read_both_record_kinds():
     second = {**online, "sampled_tokens": 7000, "device": "GPU Y", "started_from": online}
     text = training_summary({"training": second, "forward_time": fwd})
     assert text.index("GPU Y") < text.index("GPU X") < text.index("10 steps") and "7,000" in text
+    assert "objective" not in text and "head" not in text  # KL with the committed head: the defaults, unnamed
+    third = {**online, "objective": "tv", "head": "full", "started_from": second}
+    text = training_summary({"training": third, "forward_time": fwd})
+    assert "(rejection-probability objective; full head; 5,000 target-sampled tokens, 7 steps)" in text
     frame = online_loss_frame({"training": online})
     assert sorted(frame["series"].unique()) == ["level 1", "level 2", "total"] and len(frame) == 6
 

@@ -174,8 +174,11 @@ def _training_line(train: dict) -> str:
     if "sampled_tokens" not in train:  # CPU shards (eagle.train)
         return (f"{train['step']} steps, {train['minutes']:.1f} training minutes, {train['data']['tokens']:,} "
                 f"target-sampled tokens, {train['data']['minutes']:.1f} generation minutes on the CPU")
+    how = [] if train.get("objective", "kl") == "kl" else [ONLINE_OBJECTIVE_NAME[train["objective"]]]
+    how += [] if train.get("head", "committed") == "committed" else [f"{train['head']} head"]
+    tokens = f"{train['sampled_tokens']:,} target-sampled tokens"
     line = (f"{train['minutes']:.1f} minutes of online training on {train['device']} "
-            f"({train['sampled_tokens']:,} target-sampled tokens, {train['steps']} steps)")
+            f"({'; '.join(how + [tokens])}, {train['steps']} steps)")
     if train.get("started_from"):
         line += ", after " + _training_line(train["started_from"])
     return line
@@ -211,6 +214,9 @@ ONLINE_OBJECTIVE_TEXT = {
           "draft's head vocabulary (online.sub_vocab_rejection)",
 }
 """The record's objective line per `online.OBJECTIVES` key."""
+
+ONLINE_OBJECTIVE_NAME = {"kl": "forward KL", "tv": "rejection-probability objective"}
+"""A few words per `online.OBJECTIVES` key, for the one-line training summary."""
 
 
 def _online_training(weights: Path) -> dict:

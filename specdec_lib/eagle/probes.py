@@ -17,7 +17,8 @@ through its own norm and head. Keeping the first k layers is the early exit at k
 The head-vocabulary probe (`head_vocabulary_acceptance`) asks what the committed feature draft loses by
 scoring only its head vocabulary (`models.subset_head`: q = 0 outside it): its acceptance by depth with
 that head and with the target's full tied head (the same weights), and the target's mass outside the
-head vocabulary at the same positions.
+head vocabulary at the same positions. Since session 30 the committed draft has the full head, so this probe
+takes the directory of a draft with a head vocabulary (``--drafts``).
 
 The prompt-set probe (`prompt_set_acceptance`) asks whether the acceptance a draft reaches on what it is trained
 on carries over to the held-out prompts its record measures: the same drafts, by depth, on the target's
@@ -235,8 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0, help="early_exit, layer_skip (head_vocabulary: T = 1)")
     ap.add_argument("--depth", type=int, default=2, help="head_vocabulary, prompt_sets: drafted depths measured")
-    ap.add_argument("--drafts", default=None, help="prompt_sets: exported feature-draft directories, comma-separated "
-                                                    "(default: the committed one)")
+    ap.add_argument("--drafts", default=None, help="prompt_sets: exported feature-draft directories, comma-separated; "
+                                                    "head_vocabulary: one with a head vocabulary (default: the committed one)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="default: data/results/draft_probes/<probe>.json")
@@ -254,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .online import heldout_rollouts
 
         sequences = heldout_rollouts(lm, a.per_category, a.new_tokens)
-        result = head_vocabulary_acceptance(lm.model, sequences, depth=a.depth)
+        result = head_vocabulary_acceptance(lm.model, sequences, a.drafts, depth=a.depth)
         shown = {**result["acceptance"], "target_mass_outside": round(result["target_mass_outside"], 4)}
     else:
         from .model import EAGLE_DIR
