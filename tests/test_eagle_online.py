@@ -209,6 +209,9 @@ def test_a_full_head_scores_every_token_as_the_plain_tied_head_does(pair):
     assert torch.allclose(full(h), h @ target.get_output_embeddings().weight.T, atol=1e-5)
     with pytest.raises(ValueError, match="head must be one of"):
         with_head(draft, "wide")
-    plain = FeatureDraft(build_student(target, 1))
-    with pytest.raises(ValueError, match="no sub-vocabulary head"):
-        with_head(plain, "full")
+    plain = FeatureDraft(build_student(target, 1))  # a draft exported with the full head loads with the plain tied head
+    with pytest.raises(ValueError, match='head="committed" needs a draft with a sub-vocabulary head'):
+        with_head(plain, "committed")
+    tied = plain.student.get_output_embeddings()(h)
+    assert with_head(plain, "full").student.get_output_embeddings().vocab_ids.tolist() == list(range(VOCAB))
+    assert torch.allclose(plain.student.get_output_embeddings()(h), tied, atol=1e-5)

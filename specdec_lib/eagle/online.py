@@ -146,11 +146,12 @@ mass outside them, `probes.head_vocabulary_acceptance`) or the target's full tie
 def with_head(draft: FeatureDraft, head: str) -> FeatureDraft:
     """``draft`` training with the head vocabulary ``head`` (`HEADS`): "committed" leaves its sub-vocabulary head,
     "full" makes it a `SubsetHead` over every token (the same function as the plain tied head, and the
-    ``vocab_ids`` that `online_loss` reads)."""
+    ``vocab_ids`` that `online_loss` reads), also for a draft exported with the full head (since session 30)."""
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, got {head!r}")
-    if getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
-        raise ValueError("the draft has no sub-vocabulary head (models.subset_head): load it with its head vocabulary")
+    if head == "committed" and getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
+        raise ValueError('head="committed" needs a draft with a sub-vocabulary head (models.subset_head); this one has '
+                         'the full tied head (exported without head_vocab.safetensors): train it with head="full"')
     if head == "full":
         weight = draft.student.get_output_embeddings().weight
         use_subset_head(draft.student, torch.arange(weight.shape[0], device=weight.device))
@@ -361,7 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "--init by `model.grow_feature_draft` (same function at the start; default: --init's own)")
     ap.add_argument("--objectives", default="kl", help=f"training losses, one run each: {', '.join(OBJECTIVES)}")
     ap.add_argument("--heads", default="committed",
-                    help=f"head vocabularies, one run each: {', '.join(HEADS)} (the committed 8192 tokens or all)")
+                    help=f"head vocabularies, one run each: {', '.join(HEADS)} (--init's own head, or every token; "
+                         "a draft exported with the full head has no other)")
     ap.add_argument("--train-ratio", type=float, default=1.0, help="training time per round / its sampling time")
     ap.add_argument("--batch", type=int, default=512, help="prompts sampled at a time")
     ap.add_argument("--buffer-tokens", type=int, default=8_000_000, help="padded positions kept for training")
@@ -387,10 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_heads = {}
     for k, (spec, depth, objective, head) in enumerate(settings):
         lr, inject_lr = (float(x) for x in spec.split(":"))
+        draft = load_feature_draft(lm, a.init)
+        if head == "committed" and getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
+            head = "full"  # --init was exported with the full head (session 30 on): that is its committed head
         name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
                 + ("" if objective == "kl" else f"_{objective}") + ("" if head == "committed" else f"_{head}head"))
         run_heads[name] = head
-        draft = load_feature_draft(lm, a.init)
         if depth is not None:
             draft = grow_feature_draft(draft, lm, depth)
         draft = with_head(draft, head)
