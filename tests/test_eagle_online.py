@@ -11,7 +11,8 @@ from specdec_lib.distill import full_kl, tiny_llama
 from specdec_lib.eagle.data import FeatureSample
 from specdec_lib.eagle.model import FeatureDraft
 from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations,
-                                     sub_vocab_kl, sub_vocab_rejection, target_features, train_online, with_head)
+                                     own_head, sub_vocab_kl, sub_vocab_rejection, target_features, train_online,
+                                     with_head)
 from specdec_lib.eagle.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
@@ -210,6 +211,7 @@ def test_a_full_head_scores_every_token_as_the_plain_tied_head_does(pair):
     with pytest.raises(ValueError, match="head must be one of"):
         with_head(draft, "wide")
     plain = FeatureDraft(build_student(target, 1))  # a draft exported with the full head loads with the plain tied head
+    assert own_head(plain) == "full" and own_head(draft) == "committed"
     with pytest.raises(ValueError, match='head="committed" needs a draft with a sub-vocabulary head'):
         with_head(plain, "committed")
     tied = plain.student.get_output_embeddings()(h)

@@ -48,8 +48,8 @@ from .model import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_dra
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",
-           "HEADS", "with_head", "rollout_levels", "online_loss", "DraftRun", "train_online", "heldout_rollouts",
-           "continuation_samples", "depth_acceptance", "main"]
+           "HEADS", "own_head", "with_head", "rollout_levels", "online_loss", "DraftRun", "train_online",
+           "heldout_rollouts", "continuation_samples", "depth_acceptance", "main"]
 
 
 @dataclass
@@ -143,13 +143,18 @@ HEADS = ("committed", "full")
 mass outside them, `probes.head_vocabulary_acceptance`) or the target's full tied head (every token)."""
 
 
+def own_head(draft: FeatureDraft) -> str:
+    """The `HEADS` entry a loaded draft has: "committed" with a sub-vocabulary head, "full" with the plain tied one."""
+    return "full" if getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None else "committed"
+
+
 def with_head(draft: FeatureDraft, head: str) -> FeatureDraft:
     """``draft`` training with the head vocabulary ``head`` (`HEADS`): "committed" leaves its sub-vocabulary head,
     "full" makes it a `SubsetHead` over every token (the same function as the plain tied head, and the
     ``vocab_ids`` that `online_loss` reads), also for a draft exported with the full head (since session 30)."""
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, got {head!r}")
-    if head == "committed" and getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
+    if head == "committed" and own_head(draft) == "full":
         raise ValueError('head="committed" needs a draft with a sub-vocabulary head (models.subset_head); this one has '
                          'the full tied head (exported without head_vocab.safetensors): train it with head="full"')
     if head == "full":
@@ -390,8 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, (spec, depth, objective, head) in enumerate(settings):
         lr, inject_lr = (float(x) for x in spec.split(":"))
         draft = load_feature_draft(lm, a.init)
-        if head == "committed" and getattr(draft.student.get_output_embeddings(), "vocab_ids", None) is None:
-            head = "full"  # --init was exported with the full head (session 30 on): that is its committed head
+        if head == "committed":
+            head = own_head(draft)  # "full" for an --init exported with the full head (session 30 on)
         name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
                 + ("" if objective == "kl" else f"_{objective}") + ("" if head == "committed" else f"_{head}head"))
         run_heads[name] = head

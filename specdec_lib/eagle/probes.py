@@ -236,8 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0, help="early_exit, layer_skip (head_vocabulary: T = 1)")
     ap.add_argument("--depth", type=int, default=2, help="head_vocabulary, prompt_sets: drafted depths measured")
-    ap.add_argument("--drafts", default=None, help="prompt_sets: exported feature-draft directories, comma-separated; "
-                                                    "head_vocabulary: one with a head vocabulary (default: the committed one)")
+    ap.add_argument("--drafts", default=None,
+                    help="prompt_sets: exported feature-draft directories, comma-separated; head_vocabulary: one "
+                         "with a head vocabulary (default: the committed one)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="default: data/results/draft_probes/<probe>.json")
