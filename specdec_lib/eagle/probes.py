@@ -44,6 +44,7 @@ from typing import Sequence
 import torch
 
 from ..data import load_prompts
+from ..decoding import _check_int
 from ..distill import seed_instructions
 from ..models import load_model
 from ..models.offline import REPO_ROOT
@@ -170,8 +171,7 @@ def head_vocabulary_acceptance(target_model, samples, directory: Path | str | No
     from .online import depth_acceptance
 
     directory = Path(directory) if directory is not None else EAGLE_DIR
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    depth = _check_int("depth", depth, minimum=1)
     if not samples:
         raise ValueError("samples must hold at least one sequence")
     subset = load_feature_draft(target_model, directory, subset_head=True)
@@ -197,8 +197,7 @@ def prompt_sets(per_category: int, seeds: int = 20000, seed: int = 0) -> dict[st
     """The prompt sets `prompt_set_acceptance` compares, 13 x ``per_category`` prompts each: the first
     ``per_category`` held-out and training-split prompts of every category, and as many of the ``seeds``
     self-made instructions `online` trains on (`distill.seed_instructions`, drawn with ``seed``)."""
-    if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
-        raise ValueError(f"per_category must be an int >= 1, got {per_category!r}")
+    per_category = _check_int("per_category", per_category, minimum=1)
     heldout = [p.text for p in load_prompts("heldout", per_category=per_category)]
     made = seed_instructions(seeds, seed=seed)
     return {"heldout": heldout, "train": [p.text for p in load_prompts("train", per_category=per_category)],
@@ -215,8 +214,7 @@ def prompt_set_acceptance(target_model, samples: dict[str, Sequence], directorie
     from .model import load_feature_draft
     from .online import depth_acceptance
 
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an int >= 1, got {depth!r}")
+    depth = _check_int("depth", depth, minimum=1)
     if not directories:
         raise ValueError("directories must name at least one feature draft")
     empty = [name for name, s in samples.items() if not s]
