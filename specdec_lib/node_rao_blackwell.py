@@ -46,9 +46,8 @@ token-level's product of min(1, p/q). From a node with several children the real
 drafted tokens, as token-level's is, so the two verifiers' difference on the same chain loses the 0/1 noise.
 Its cost on the offline pair (V = 49,152): 16 ms per one-child node (one sort, memoised by the rows across
 nested views of a tree), 72 ms per node with more children (the race law's 32 enumerated winners) per view: 03's
-sequences read it (its SpecInfer trees, one node with several children, in the notebook of commit 1b42417, which
-waits for a regeneration), and so do 06's race-drawn Sequoia trees; 03's τ* trees, whose root has many children,
-read the exact values. Token-level's one-child nodes take the closed form 1 - TV.
+sequences and SpecInfer trees (one node with several children) read it, and so do 06's race-drawn Sequoia
+trees; 03's τ* trees, whose root has many children, read the exact values. Token-level's one-child nodes take the closed form 1 - TV.
 
 Measured on the real pair (quantized draft, 32 contexts, Sequoia's 32-node DP tree and SpecInfer's 4 x 7):
 the variance of one tree's value at a context fell by 38% (Sequoia) and 47% (SpecInfer), and the variance of
