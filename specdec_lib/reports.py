@@ -29,7 +29,8 @@ removed, nothing of them published), the index is rebuilt from what was publishe
 KeyboardInterrupt propagates (the command line exits with 130).
 
 Published results: ``reports/`` and ``data/results/`` hold the reports of the notebooks' own settings.
-A run with overridden parameters (``parameters=`` / ``-p``) writes to ``reports/custom/`` and
+A run with overridden parameters (``parameters=`` / ``-p``; ``num_threads``, which sets only the speed,
+`EXECUTION_PARAMETERS`, does not count) writes to ``reports/custom/`` and
 ``data/results/custom/`` instead (``reports/smoke/custom/`` ... for smoke), and neither such a run nor a
 smoke run may write into the published folders, even when they are named explicitly, unless
 ``publish=True`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
@@ -76,6 +77,24 @@ the memory bus with the other notebook; in the run that introduced this, the wal
 sequential runs (01's PTT +1.63% vs +1.58%, 04's WS +2.66% vs +2.64%), but not always: in session 14's run 05's
 autoregressive baseline slowed from 52 to 89 ms a step beside its neighbour. ``jobs=1`` gives them the machine alone."""
 KERNEL = "python3"
+
+EXECUTION_PARAMETERS = frozenset({"num_threads"})
+"""Parameters that change how fast a notebook runs, not what it measures (its torch threads): a run that sets
+only these publishes like a plain run of its profile (`destinations`), and its status.json records them."""
+
+
+def design_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``parameters`` without the `EXECUTION_PARAMETERS`: those that make a run custom."""
+    return {k: v for k, v in dict(parameters or {}).items() if k not in EXECUTION_PARAMETERS}
+
+
+def threads_per_notebook(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` notebooks running at once: this process's CPUs shared evenly."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, jobs))
 
 KERNEL_ENV = {
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # figures embedded in the report (not Agg)
@@ -139,11 +158,13 @@ def destinations(profile: str, parameters: Mapping[str, Any] | None = None,
     """(reports folder, results folder) of a run.
 
     Defaults: `default_reports_dir` / `default_results_dir`, in their ``custom/`` subfolder when
-    ``parameters`` override anything (unless ``publish``). A run with parameters or on the smoke profile
-    may not write into the published ``reports/`` or ``data/results/`` (ValueError naming the folder)
-    unless ``publish=True``: a smaller or toy run never replaces the published reports and data.
+    ``parameters`` override anything but `EXECUTION_PARAMETERS` (unless ``publish``). A run with such
+    parameters or on the smoke profile may not write into the published ``reports/`` or ``data/results/``
+    (ValueError naming the folder) unless ``publish=True``: a smaller or toy run never replaces the
+    published reports and data.
     """
     _check_profile(profile)
+    parameters = design_parameters(parameters)
     custom = bool(parameters) and not publish
     reports = Path(reports_dir) if reports_dir is not None else default_reports_dir(profile, custom)
     results = Path(results_dir) if results_dir is not None else default_results_dir(profile, custom)
@@ -389,6 +410,10 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     ``num_threads``, so timings measured inside a notebook share the CPU with the other job), then write
     ``index.html``.
 
+    A notebook whose ``num_threads`` is not given gets `threads_per_notebook` of the notebooks running at
+    once when that is above 1 (on a 2-core CPU: a notebook run alone takes both cores, two at a time keep
+    their default of one thread each); status.json records it with the parameters.
+
     Everything is checked before anything is written: the notebooks (``notebook_dir`` must hold them),
     the parameters (`check_parameters`; each notebook gets those its ``parameters`` cell declares) and
     the folders (`destinations`: a run with parameters goes to the ``custom/`` subfolders and never
@@ -401,6 +426,11 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     names = resolve_notebooks(notebooks, notebook_dir)
     per_notebook = check_parameters(names, parameters, notebook_dir)
+    threads = threads_per_notebook(min(jobs, len(names)))
+    if threads > 1:  # a notebook alone (or fewer jobs than CPUs): its unset num_threads takes the free CPUs
+        for name in names:
+            if "num_threads" not in per_notebook[name] and "num_threads" in notebook_parameters(name, notebook_dir):
+                per_notebook[name] = {**per_notebook[name], "num_threads": threads}
     reports, results_dir = destinations(profile, parameters, reports_dir, results_dir, publish)
     if jobs > 1 and len(names) > 1:
         return _reproduce_parallel(names, jobs, profile, per_notebook, reports, results_dir, notebook_dir,
@@ -492,7 +522,8 @@ def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook:
     return [runs[name] for name in names]
 
 
-__all__ = ["PROFILES", "PROFILE_JOBS", "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "KERNEL_ENV", "NotebookRun",
+__all__ = ["PROFILES", "PROFILE_JOBS", "EXECUTION_PARAMETERS", "design_parameters", "threads_per_notebook",
+           "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "KERNEL_ENV", "NotebookRun",
            "default_reports_dir", "default_results_dir", "destinations", "list_notebooks", "resolve_notebooks",
            "notebook_parameters", "check_parameters", "NOT_A_LITERAL", "render_html", "run_notebook", "reproduce",
            "load_status", "index_rows", "build_index", "strip_stderr", "split_ci", "summary_paragraph",

@@ -273,8 +273,10 @@ def _jsonable(obj: Any) -> Any:
 # ----------------------------------------------------------------------------------------- saving
 
 def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], directory: Path | str | None = None
-                ) -> Path:
-    """Save a notebook's claim records as ``<directory>/<notebook>.json`` (atomically); returns the path."""
+                ) -> None:
+    """Save a notebook's claim records as ``<directory>/<notebook>.json`` (atomically). Returns nothing: it is
+    a notebook's last line, where a returned path would be printed into the report (the runner's staging
+    folder)."""
     records = []
     for c in claims:
         record = c if isinstance(c, Claim) else Claim(**dict(c))
@@ -283,7 +285,7 @@ def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], dire
         raise ValueError(f"notebook {notebook!r} produced no claim records")
     payload = {"notebook": notebook, "claims": records, "provenance": provenance()}
     path = Path(directory) if directory is not None else claims_dir()
-    return atomic_write_text(path / f"{notebook}.json", json.dumps(payload, indent=1))
+    atomic_write_text(path / f"{notebook}.json", json.dumps(payload, indent=1))
 
 
 def load_claims(path: Path | str) -> list[dict[str, Any]]:

@@ -69,6 +69,36 @@ def test_settings_and_parse(monkeypatch):
         E.settings("default", defaults)
 
 
+@pytest.mark.parametrize("name, value, match", [
+    ("num_prompts", "-3", "num_prompts: expected an integer >= 1"),
+    ("num_prompts", "2.5", "num_prompts: expected an integer"),
+    ("num_prompts", "true", "num_prompts: expected an integer"),
+    ("temperatures", "0.6", r"temperatures: expected a list like the default \[0.2, 1.0\]"),
+    ("temperatures", "[0.6, -1]", "temperatures: expected a number >= 0"),
+    ("temperatures", "['hot']", "temperatures: expected a number"),
+    ("sizes", "{'chain': [4, 0]}", r"sizes\['chain'\]: expected an integer >= 1"),
+    ("sizes", "[4]", "sizes: expected a dict"),
+    ("draft_model", "3", "draft_model: expected text"),
+    ("timing_prompts", "-1", "timing_prompts: expected an integer >= 0"),
+])
+def test_settings_refuse_a_value_without_the_default_s_form(monkeypatch, name, value, match):
+    monkeypatch.setenv("SPECDEC_PROFILE", "smoke")
+    defaults = {"smoke": {"num_prompts": 2, "temperatures": [0.2, 1.0], "sizes": {"chain": [2, 4], "binary": [2]},
+                          "draft_model": "toy", "timing_prompts": 1}}
+    with pytest.raises(ValueError, match=match):
+        E.settings("smoke", defaults, **{name: value})
+
+
+def test_settings_take_values_of_the_default_s_form(monkeypatch):
+    monkeypatch.setenv("SPECDEC_PROFILE", "smoke")
+    defaults = {"smoke": {"num_prompts": 2, "temperatures": [0.2, 1.0], "sizes": {"chain": [2, 4], "binary": [2]},
+                          "timing_prompts": 1, "categories": None}}
+    cfg = E.settings("smoke", defaults, num_prompts="6", temperatures="[0, 1]", sizes="{'chain': [8]}",
+                     timing_prompts="0", categories="['qa', 'math']", seeds="[3]")
+    assert cfg["num_prompts"] == 6 and cfg["temperatures"] == [0, 1] and cfg["sizes"] == {"chain": [8]}
+    assert cfg["timing_prompts"] == 0 and cfg["categories"] == ["qa", "math"] and cfg["seeds"] == [3]
+
+
 def test_default_profile_runs_in_bfloat16_unless_told(monkeypatch):
     monkeypatch.setenv("SPECDEC_PROFILE", "smoke")
     defaults = {"default": {"num_prompts": 1}, "full": {"num_prompts": 4}}

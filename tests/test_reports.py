@@ -527,6 +527,45 @@ def test_parallel_runner_runs_every_notebook_and_records_each(tmp_path):
         reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=0)
 
 
+def test_threads_are_an_execution_setting_published_and_shared_among_the_notebooks_at_once(tmp_path, monkeypatch):
+    """num_threads changes the speed, not the measurement: a run that sets only it publishes (and records it);
+    an unset num_threads takes this process's CPUs shared among the notebooks running at once."""
+    import papermill
+
+    published_rep, published_res = tmp_path / "reports", tmp_path / "data" / "results"
+    monkeypatch.setattr(reports, "PUBLISHED_REPORTS_DIR", published_rep)
+    monkeypatch.setattr(reports, "PUBLISHED_RESULTS_DIR", published_res)
+    monkeypatch.setattr(reports.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert [reports.threads_per_notebook(j) for j in (1, 2, 3, 4, 8)] == [4, 2, 1, 1, 1]
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    for name in ("01_good", "02_other"):
+        _notebook(nbdir / f"{name}.ipynb", GOOD.format(name=name))
+        nb = nbformat.read(str(nbdir / f"{name}.ipynb"), as_version=4)
+        nb.cells[0].source += "\nnum_threads = 1"
+        nbformat.write(nb, str(nbdir / f"{name}.ipynb"))
+    calls = []
+    monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
+
+    assert reports.destinations("default", {"num_threads": 2}) == (published_rep, published_res)
+    assert reports.design_parameters({"num_threads": 2, "fail": False}) == {"fail": False}
+    runs = reports.reproduce(["01_good"], "default", {"num_threads": 3}, notebook_dir=nbdir, progress=False)
+    assert runs[0].status == "ok" and calls[-1] == {"profile": "default", "num_threads": 3}
+    assert (published_rep / "01_good.html").exists() and (published_res / "01_good" / "numbers.json").exists()
+    assert reports.load_status(published_rep)["01_good"]["parameters"] == {"profile": "default", "num_threads": 3}
+    reports.reproduce(["02_other"], "default", None, notebook_dir=nbdir, progress=False)  # alone: every CPU
+    assert calls[-1] == {"profile": "default", "num_threads": 4}
+    reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=1)  # one at a time
+    assert calls[-2:] == [{"profile": "default", "num_threads": 4}] * 2
+    seen = {}
+    monkeypatch.setattr(reports, "_reproduce_parallel", lambda names, jobs, profile, per_notebook, *a:
+                        seen.update(per_notebook) or [])
+    reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=2)  # two at a time: half each
+    assert seen == {"01_good": {"num_threads": 2}, "02_other": {"num_threads": 2}}
+    reports.reproduce(None, "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1)
+    assert (published_rep / "custom" / "01_good.html").exists()  # any other parameter still makes the run custom
+
+
 def test_default_profile_runs_two_notebooks_at_a_time_with_one_thread_each(tmp_path, monkeypatch):
     assert reports.PROFILE_JOBS == {"smoke": 1, "default": 2, "full": 1}
     for name in ("01_asps", "02_traversal", "03_erss", "04_block", "05_sequoia", "06_leaderboard", "07_regime"):

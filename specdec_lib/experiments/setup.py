@@ -57,8 +57,9 @@ def settings(profile: str, defaults: Mapping[str, Mapping[str, Any]], **given: A
 
     ``defaults`` maps a profile name to its default values (the notebook's own table); the given values
     are the notebook's parameters (None = "the profile's choice"). ``dtype`` falls back to
-    `PROFILE_DTYPES`. Text values are parsed with `parse_param`. Unknown profiles and unknown parameter
-    names raise ValueError.
+    `PROFILE_DTYPES`. Text values are parsed with `parse_param` and must have the form of the profile's
+    default (`check_like_default`). Unknown profiles raise ValueError (unknown parameter names are refused
+    before a run, by `report_notebooks.check_parameters`).
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
@@ -68,10 +69,60 @@ def settings(profile: str, defaults: Mapping[str, Mapping[str, Any]], **given: A
     for name, value in given.items():
         value = parse_param(value)
         if value is not None:
+            if defaults[profile].get(name) is not None:
+                check_like_default(name, value, defaults[profile][name])
             out[name] = value
     out["profile"] = profile
     os.environ.setdefault("SPECDEC_PROFILE", profile)  # results.py: smoke output stays apart
     return out
+
+
+POSITIVE_COUNTS = frozenset({"num_prompts", "max_new_tokens", "copies", "tree_contexts", "sequence_contexts",
+                             "sequence_copies", "max_index", "rows_tokens", "timing_tokens", "sizes", "mc_samples"})
+"""Parameters whose integers (themselves, their list items or dict values) count something and must be >= 1;
+every other integer must be >= 0 (0 may mean "skip", as for ``timing_prompts``)."""
+
+
+def check_like_default(name: str, value: Any, default: Any) -> None:
+    """ValueError naming ``name`` when a given value does not have the form of the profile's default.
+
+    A notebook's parameters arrive as text (papermill, ``reproduce -p``) and are used minutes or hours into
+    the run; checking them here turns a late TypeError into an immediate, clear error. The rule: an integer
+    default takes an integer (not a bool, not 2.5; >= 1 for `POSITIVE_COUNTS`, else >= 0), a float default a
+    number >= 0, text takes text, a list a list whose items have the form of the default's first item, a dict
+    a dict whose values have the form of the default's values under the same keys (other keys are left to
+    the notebook).
+    """
+    def fail(expected: str) -> None:
+        raise ValueError(f"parameter {name}: expected {expected}, got {value!r} ({type(value).__name__})")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            fail("an integer like the default " + repr(default))
+        least = 1 if name.split("[")[0] in POSITIVE_COUNTS else 0  # sizes['chain'] counts as sizes
+        if value < least:
+            fail(f"an integer >= {least}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
+            fail("a number >= 0 like the default " + repr(default))
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            fail("text like the default " + repr(default))
+    elif isinstance(default, list):
+        if not isinstance(value, list):
+            fail(f"a list like the default {default!r} (e.g. -p {name} '{default!r}')")
+        if default and default[0] is not None:
+            for item in value:
+                check_like_default(name, item, default[0])
+    elif isinstance(default, dict):
+        if not isinstance(value, dict):
+            fail(f"a dict like the default {default!r}")
+        for key, item in value.items():
+            if default.get(key) is not None:
+                check_like_default(f"{name}[{key!r}]", item, default[key])
 
 
 def settings_table(cfg: Mapping[str, Any]):
