@@ -163,12 +163,20 @@ def atomic_write_text(path: Path | str, text: str) -> Path:
 
 # ----------------------------------------------------------------------------------------- provenance
 
+OUTPUT_PATHS = ("reports", "data/results")
+"""What the notebooks write (relative to the repository): changes there are results, not code, so they do not make
+a revision dirty. Otherwise every notebook after the first of one `make reproduce` would record ``-dirty``: the
+first one's published report is an uncommitted change when the next one starts."""
+
+
 def git_revision(root: Path | str = REPO_ROOT) -> str:
-    """``git describe``-like revision of the working tree (``<sha>`` plus ``-dirty``), or ``unknown``."""
+    """``git describe``-like revision of the working tree (``<sha>`` plus ``-dirty`` when a tracked file outside
+    `OUTPUT_PATHS` differs from it), or ``unknown``."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        outside_outputs = ["--", "."] + [f":(exclude){path}" for path in OUTPUT_PATHS]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *outside_outputs], cwd=root,
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
