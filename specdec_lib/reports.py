@@ -96,6 +96,7 @@ def threads_per_notebook(jobs: int) -> int:
         cpus = os.cpu_count() or 1
     return max(1, cpus // max(1, jobs))
 
+
 KERNEL_ENV = {
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",  # figures embedded in the report (not Agg)
     "SPECDEC_PROGRESS": "0",                 # the library's progress bars off (specdec_lib.progress)
