@@ -73,17 +73,19 @@ def test_published_outputs_do_not_make_the_revision_dirty_but_code_does(tmp_path
     """One `make reproduce` publishes a report, then starts the next notebook: that one must not record -dirty."""
     git = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True)
     git("init", "-q")
-    for path in ("specdec_lib/code.py", "reports/01.html", "data/results/01/x.csv", "docs/notes.md"):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text("v1\n")
+    code, report, result, notes = (tmp_path.joinpath(*parts) for parts in (  # parts: not paths of this repository
+        ("specdec_lib", "code.py"), ("reports", "01.html"), ("data", "results", "01", "x.csv"), ("docs", "notes.md")))
+    for path in (code, report, result, notes):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("v1\n")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     sha = git("rev-parse", "HEAD").stdout.strip()
     assert results.git_revision(tmp_path) == sha
-    (tmp_path / "reports" / "01.html").write_text("v2\n")  # a notebook published its report and results
-    (tmp_path / "data" / "results" / "01" / "x.csv").write_text("v2\n")
+    report.write_text("v2\n")  # a notebook published its report and results
+    result.write_text("v2\n")
     assert results.git_revision(tmp_path) == sha
-    (tmp_path / "docs" / "notes.md").write_text("v2\n")  # anything else is an input
+    notes.write_text("v2\n")  # anything else is an input
     assert results.git_revision(tmp_path) == sha + "-dirty"
     assert results.git_revision(tmp_path / "nowhere") == "unknown"
 
