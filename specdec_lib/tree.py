@@ -432,6 +432,13 @@ def index_tuples(parents: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+def contains_shape(big: str | Sequence[int], small: str | Sequence[int]) -> bool:
+    """Whether every index path of the shape ``small`` is one of ``big``'s, so `restrict_to_shape` cuts a tree
+    of shape ``small`` out of every tree of shape ``big`` (e.g. ``chain:12`` inside ``erss_specinfer:32``)."""
+    paths = lambda shape: set(index_tuples(parse_shape(shape) if isinstance(shape, str) else list(shape)))
+    return paths(small) <= paths(big)
+
+
 def restrict_to_shape(tree: DraftTree, shape: str | Sequence[int]) -> DraftTree:
     """The nodes of ``tree`` whose index paths (`index_tuples`) form the smaller ``shape``.
 

@@ -19,6 +19,7 @@ from specdec_lib.verifiers import expected_tokens
     ("batch:3x1", "batch:2x1", "iid"),
     ("binary:3", "binary:2", "iid"),
     ("parents:-1,0,0,1,2,1", "parents:-1,0,0,1", "without_replacement"),
+    ("erss_specinfer:5", "chain:3", "without_replacement"),  # 03's C4: the sequence inside the SpecInfer tree
 ])
 def test_restricted_trees_have_the_law_of_the_smaller_shape(big, small, sampling):
     """E over drafts of the big shape of E[tokens | restricted tree] == E over drafts of the small shape."""
@@ -38,6 +39,19 @@ def test_restrict_to_shape_rejects_a_shape_not_contained():
     with pytest.raises(ValueError):
         E.truncate_chain(tree, 3)
     assert E.index_tuples([-1, 0, 0, 1]) == [(), (1,), (2,), (1, 1)]
+
+
+@pytest.mark.parametrize("big, small, contained", [
+    ("erss_specinfer:32", "chain:12", True),   # 03's C4 at the default sizes: the first chain has 2 + 10 tokens
+    ("erss_specinfer:32", "chain:13", False),
+    ("erss_specinfer:5", "chain:4", False),
+    ("batch:3x1", "batch:2x1", True),
+    ("chain:2", "batch:2x1", False),
+])
+def test_contains_shape_compares_index_paths(big, small, contained):
+    from specdec_lib.tree import contains_shape
+    assert contains_shape(big, small) is contained
+    assert contains_shape(parse_shape(big), parse_shape(small)) is contained
 
 
 def test_paired_gain_and_summary():
