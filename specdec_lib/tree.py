@@ -439,6 +439,18 @@ def contains_shape(big: str | Sequence[int], small: str | Sequence[int]) -> bool
     return paths(small) <= paths(big)
 
 
+def union_shape(*shapes: str | Sequence[int]) -> list[int]:
+    """The parents list of the smallest shape containing every one of ``shapes`` (the union of their index
+    paths, each node after its parent and siblings in rank order). A tree drafted in it holds a tree of each
+    shape (`restrict_to_shape`), all drawn with the same random numbers where they overlap."""
+    if not shapes:
+        raise ValueError("union_shape needs at least one shape")
+    paths = sorted(set().union(*(index_tuples(parse_shape(s) if isinstance(s, str) else list(s)) for s in shapes)),
+                   key=lambda path: (len(path), path))  # level by level
+    ids = {path: i for i, path in enumerate(paths)}
+    return [-1] + [ids[path[:-1]] for path in paths[1:]]
+
+
 def restrict_to_shape(tree: DraftTree, shape: str | Sequence[int]) -> DraftTree:
     """The nodes of ``tree`` whose index paths (`index_tuples`) form the smaller ``shape``.
 

@@ -20,6 +20,8 @@ from specdec_lib.verifiers import expected_tokens
     ("binary:3", "binary:2", "iid"),
     ("parents:-1,0,0,1,2,1", "parents:-1,0,0,1", "without_replacement"),
     ("erss_specinfer:5", "chain:3", "without_replacement"),  # 03's C4: the sequence inside the SpecInfer tree
+    ("parents:-1,0,0,1,3", "batch:2x1", "without_replacement"),  # 03's C5/C6: each shape inside the union
+    ("parents:-1,0,0,1,3", "chain:3", "without_replacement"),
 ])
 def test_restricted_trees_have_the_law_of_the_smaller_shape(big, small, sampling):
     """E over drafts of the big shape of E[tokens | restricted tree] == E over drafts of the small shape."""
@@ -52,6 +54,20 @@ def test_contains_shape_compares_index_paths(big, small, contained):
     from specdec_lib.tree import contains_shape
     assert contains_shape(big, small) is contained
     assert contains_shape(parse_shape(big), parse_shape(small)) is contained
+
+
+def test_union_shape_holds_each_shape_and_nothing_else():
+    from specdec_lib.theory import strategy_shape
+    from specdec_lib.tree import contains_shape, index_tuples, union_shape
+    assert union_shape("chain:3", "batch:2x1") == [-1, 0, 0, 1, 3]
+    assert union_shape("chain:2") == parse_shape("chain:2")
+    r_a, r_b = np.array([0.6, 0.2, 0.1, 0.05]), np.array([0.5, 0.3, 0.1, 0.05])
+    a, b = strategy_shape("tau_star", 16, r_a), strategy_shape("tau_star", 16, r_b)
+    both = union_shape(a, b)
+    assert contains_shape(both, a) and contains_shape(both, b)
+    assert set(index_tuples(both)) == set(index_tuples(a)) | set(index_tuples(b))
+    with pytest.raises(ValueError):
+        union_shape()
 
 
 def test_paired_gain_and_summary():
@@ -193,6 +209,17 @@ def test_copies_in_collect_trees_and_streaming_helper():
     pd.testing.assert_frame_equal(both, streamed)
     g = E.paired_gain(streamed, "block", "token")  # averages the copies of a step before pairing
     assert g.iloc[0]["steps"] == len(steps)
+    # each view evaluated by the verifiers named for it only; the values are those of evaluating it by all
+    views = {"chain:3": lambda t: t, "chain:1": lambda t: E.truncate_chain(t, 1)}
+    some = E.paired_expected_tokens(recs, ["token", "block"], views, verifiers_by_view={"chain:1": ["block"]})
+    every = E.paired_expected_tokens(recs, ["token", "block"], views)
+    assert set(map(tuple, some[["view", "verifier"]].drop_duplicates().to_numpy())) == {
+        ("chain:3", "token"), ("chain:3", "block"), ("chain:1", "block")}
+    pd.testing.assert_frame_equal(some.reset_index(drop=True),
+                                  every.query("view == 'chain:3' or verifier == 'block'").reset_index(drop=True))
+    for bad in ({"chain:2": ["token"]}, {"chain:1": ["spectr"]}, {"chain:1": "token"}):
+        with pytest.raises(ValueError, match="verifiers_by_view"):
+            E.paired_expected_tokens(recs, ["token", "block"], views, verifiers_by_view=bad)
 
 
 @pytest.mark.parametrize("verifier, sampling", [("spectr", "iid"), ("token", "iid"), ("token", "without_replacement")])

@@ -78,7 +78,8 @@ def applicable(verifier: str, tree: DraftTree) -> bool:
 
 def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[str],
                            views: Mapping[str, Callable[[DraftTree], DraftTree]] | None = None,
-                           labels: Mapping[str, Any] | None = None, progress: bool = False):
+                           labels: Mapping[str, Any] | None = None, progress: bool = False,
+                           verifiers_by_view: Mapping[str, Sequence[str]] | None = None):
     """Exact expected emitted tokens (accepted drafts + 1) of every verifier on every tree.
 
     ``views`` maps a label to a function giving the tree to evaluate (e.g. ``{"chain:4": lambda t:
@@ -88,7 +89,9 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     text gets its recorded state (greedy_block's target modification); the others are evaluated as a fresh
     step. Returns a long DataFrame with columns
     prompt_id, category, step, view, nodes, verifier, expected_tokens, p_accept_first (P(at least one
-    drafted token accepted)) and the constant ``labels`` columns.
+    drafted token accepted)) and the constant ``labels`` columns. ``verifiers_by_view``: view label -> the
+    verifiers of ``verifiers`` evaluated on that view (default: all of them), e.g. each method on its own sub-tree
+    of a tree drafted for several.
 
     A name in `RAO_BLACKWELLISED` is an estimator, not a verifier, with the same mean at each context as the
     verifier's exact value and less drafting noise: ``"traversal_rb"``, traversal's expected tokens with the
@@ -104,6 +107,11 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     evaluated on the same trees, but it is not a registered verifier and never advances the text.
     """
     views = dict(views or {"tree": lambda t: t})
+    only = dict(verifiers_by_view or {})
+    for view, names in only.items():
+        if view not in views or isinstance(names, str) or not set(names) <= set(verifiers):
+            raise ValueError(f"verifiers_by_view[{view!r}] must name a view ({list(views)}) and a list of the "
+                             f"verifiers {list(verifiers)}, got {names!r}")
     rows = []
     iterator: Iterable[TreeRecord] = records
     if progress:
@@ -111,7 +119,7 @@ def paired_expected_tokens(records: Sequence[TreeRecord], verifiers: Sequence[st
     for rec in iterator:
         for view, fn in views.items():
             tree, memo = fn(rec.tree), {}
-            for name in verifiers:
+            for name in only.get(view, verifiers):
                 estimator = RAO_BLACKWELLISED.get(name)
                 if not applicable(estimator.verifier if estimator else name, tree):
                     continue

@@ -238,7 +238,8 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                                      copies_by_arm: Mapping[str, int] | None = None,
                                      contexts_by_arm: Mapping[str, int] | None = None,
                                      contexts_per_forward: int | None = None,
-                                     copy_contexts_by_arm: Mapping[str, int] | None = None) -> pd.DataFrame:
+                                     copy_contexts_by_arm: Mapping[str, int] | None = None,
+                                     verifiers_by_view: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """Exact expected tokens per step of ``verifiers`` on each arm's tree at every shared context.
 
     ``arms``: name -> (shape, sampling), a shape as `decoding.resolve_shape` takes it (spec string or parents
@@ -249,7 +250,9 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     in ``column``, its drafted nodes in ``nodes`` and the constant ``labels`` columns. ``views``: as in
     `paired_expected_tokens` (e.g. nested sub-shapes of each tree; default: the tree itself, view "tree").
     ``views_by_arm`` / ``verifiers_by_arm``: arm name -> the views / verifiers of that arm (replacing
-    ``views`` / ``verifiers`` for it), e.g. nested sub-shapes that differ per arm. The target's text depends
+    ``views`` / ``verifiers`` for it), e.g. nested sub-shapes that differ per arm. ``verifiers_by_view``: as in
+    `paired_expected_tokens`, for the views of every arm (e.g. each method on its own sub-tree of a tree that holds
+    both methods' shapes: common random numbers). The target's text depends
     only on the prompt and ``seed`` (a longer text extends a shorter one), so separate calls with the same
     prompts and seed share their common positions.
 
@@ -334,8 +337,9 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                 if tree is None:  # past this arm's contexts
                     continue
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample", draw=copy)
-                frames.append(paired_expected_tokens([record], verifiers_of[name], views_of[name],
-                                                     labels={**dict(labels or {}), column: name}))
+                frames.append(paired_expected_tokens(
+                    [record], verifiers_of[name], views_of[name], labels={**dict(labels or {}), column: name},
+                    verifiers_by_view={v: n for v, n in (verifiers_by_view or {}).items() if v in views_of[name]}))
             release_freed_memory()  # tree rows change size every context: keep the heap from fragmenting
     if not frames:
         raise ValueError("no contexts collected (every target sample was empty)")
