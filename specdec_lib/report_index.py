@@ -338,7 +338,7 @@ def _data_seed_section(checks: list[dict[str, Any]]) -> list[str]:
     differ = [c for c in checks if not c["agree"]]
     out = ["<h3>Data-seed checks</h3><div id='data-seed-checks'>",
            f"<p>{len(checks)} claim(s) rerun under another data seed (a reduced run that keeps the claim's design, "
-           f"files in data/results/seed_checks/); {len(differ)} of them differ from the published verdict.</p>",
+           f"files in data/results/seed_checks/); {len(differ)} with a verdict other than the published one.</p>",
            "<table><tr><th>notebook</th><th>claim</th><th>data seed</th><th>verdict there</th><th>ours there</th>"
            "<th>published verdict</th><th>published ours</th><th>revisions (check / report)</th></tr>"]
     for c in checks:

@@ -149,7 +149,7 @@ def test_index_sets_data_seed_checks_beside_the_published_verdicts(tmp_path):
     assert rows[0]["published_verdict"] == "partly" and rows[0]["seeds"] == [1] and rows[2]["published_verdict"] == ""
     text = reports.build_index(rep, notebook_dir=None).read_text()
     section = text[text.index("id='data-seed-checks'"):text.index("<h2>Notebooks")]
-    assert "3 claim(s) rerun" in section and "2 of them differ" in section
+    assert "3 claim(s) rerun" in section and "2 with a verdict other than the published one" in section
     assert "+4.4% [+0.3, +8.9]" in section and "no such claim published" in section and "0123456789" in section
 
 
