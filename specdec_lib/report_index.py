@@ -19,6 +19,11 @@ from .verdicts import SEED_DEPENDENT, STABLE_MARK
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
 """Where the runner keeps the claim files it replaced (relative to the reports folder)."""
 
+SEED_CHECKS = Path("..") / "data" / "results" / "seed_checks"
+"""Where reduced runs of a notebook under another data seed are kept (relative to the reports folder: for
+``reports/`` that is ``data/results/seed_checks``). Each JSON file holds the run's ``status`` and the ``claims``
+(or the one ``claim``) it was run for; the index sets them beside the published verdicts."""
+
 
 def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
     """The per-notebook run records of a reports folder (empty when none)."""
@@ -193,8 +198,9 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])
     changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
+    checks = data_seed_rows(reports / SEED_CHECKS, claim_rows, nb_rows)
     out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
-           + _seed_section(claim_rows) + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
+           + _seed_section(claim_rows) + _data_seed_section(checks) + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
     out.append(_FILTER_JS)
     out.append("</body></html>")
     return atomic_write_text(reports / "index.html", "\n".join(out))
@@ -298,6 +304,49 @@ def _seed_section(claim_rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"<tr><td>{_cell(r['notebook'])}</td><td>{_cell(r['claim'])}</td><td>{_cell(note)}</td></tr>")
         out.append("</table>")
     out.append("</div>")
+    return out
+
+
+def data_seed_rows(folder: Path | str, claim_rows: list[dict[str, Any]], nb_rows: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """One row per claim of each data-seed check in ``folder`` (`SEED_CHECKS`): the check's notebook, data seeds,
+    revision, verdict and value, beside the published claim of the same notebook and text (its verdict, value and
+    report revision; empty when the index has no such claim). ``agree``: the two verdicts are equal."""
+    folder = Path(folder)
+    published = {(r["notebook"], r["claim"]): r for r in claim_rows}
+    report_revision = {r["notebook"]: r["git_revision"] for r in nb_rows}
+    rows = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        status = record.get("status", {})
+        notebook = status.get("notebook", path.stem)
+        for claim in record.get("claims") or ([record["claim"]] if "claim" in record else []):
+            mine = published.get((notebook, claim["claim"]), {})
+            rows.append({"file": path.name, "notebook": notebook, "claim": claim["claim"],
+                         "seeds": status.get("parameters", {}).get("seeds", ""), "check_revision": status.get("git_revision", ""),
+                         "verdict": claim["verdict"], "ours": claim["ours"], "published_verdict": mine.get("verdict", ""),
+                         "published_ours": mine.get("ours", ""), "report_revision": report_revision.get(notebook, ""),
+                         "agree": bool(mine) and mine.get("verdict") == claim["verdict"]})
+    return rows
+
+
+def _data_seed_section(checks: list[dict[str, Any]]) -> list[str]:
+    """The "Data-seed checks" part: each claim rerun under another data seed (other target-sampled contexts and
+    drafts) beside its published verdict; a verdict that differs is a defect to fix, like a bootstrap-seed flip."""
+    if not checks:
+        return []
+    differ = [c for c in checks if not c["agree"]]
+    out = ["<h3>Data-seed checks</h3><div id='data-seed-checks'>",
+           f"<p>{len(checks)} claim(s) rerun under another data seed (a reduced run that keeps the claim's design, "
+           f"files in data/results/seed_checks/); {len(differ)} with a verdict other than the published one.</p>",
+           "<table><tr><th>notebook</th><th>claim</th><th>data seed</th><th>verdict there</th><th>ours there</th>"
+           "<th>published verdict</th><th>published ours</th><th>revisions (check / report)</th></tr>"]
+    for c in checks:
+        out.append(f"<tr><td>{_cell(c['notebook'])}</td><td>{_cell(c['claim'])}<div class='notes'>{_cell(c['file'])}"
+                   f"</div></td><td>{_cell(str(c['seeds']))}</td>{_verdict_cell(c['verdict'])}<td>{_cell(c['ours'])}</td>"
+                   f"{_verdict_cell(c['published_verdict'] or 'no such claim published')}<td>{_cell(c['published_ours'])}</td>"
+                   f"<td>{_cell(_short_rev(c['check_revision']))} / {_cell(_short_rev(c['report_revision']))}</td></tr>")
+    out.append("</table></div>")
     return out
 
 

@@ -11,7 +11,7 @@ import subprocess
 import nbformat
 import pytest
 
-from specdec_lib import reports, results
+from specdec_lib import report_index as index_mod, reports, results
 from specdec_lib.report_index import wall_minutes
 
 
@@ -129,6 +129,28 @@ def test_index_lists_seed_dependent_verdicts(tmp_path):
     section = text[text.index("id='seed-stability'"):text.index("<h2>Notebooks")]
     assert "2 of 3 claims" in section and "1 of them change verdict" in section
     assert "flips" in section and "stable</td>" not in section
+
+
+def test_index_sets_data_seed_checks_beside_the_published_verdicts(tmp_path):
+    rep = tmp_path / "reports"
+    results.save_claims("03_e", [results.claim("erss", "C4 tree above", "yes", "+1.8% [-1.6, +4.9]", "partly"),
+                                 results.claim("erss", "C6 converge", "yes", "+2.0% [+0.5, +3.5]", True)],
+                        directory=rep / "claims")
+    assert "Data-seed checks" not in reports.build_index(rep, notebook_dir=None).read_text()  # none stored
+    checks = tmp_path / "data" / "results" / "seed_checks"
+    checks.mkdir(parents=True)
+    status = {"notebook": "03_e", "git_revision": "0123456789abcdef", "parameters": {"seeds": [1]}}
+    (checks / "03_e_seed1.json").write_text(json.dumps({"status": status, "claims": [
+        {"claim": "C4 tree above", "verdict": "reproduced", "ours": "+4.4% [+0.3, +8.9]"},
+        {"claim": "C6 converge", "verdict": "reproduced", "ours": "+1.0% [+0.1, +2.0]"},
+        {"claim": "C9 gone", "verdict": "partly", "ours": "+1%"}]}))
+    rows = index_mod.data_seed_rows(checks, *reports.index_rows(rep, notebook_dir=None))
+    assert [(r["claim"], r["agree"]) for r in rows] == [("C4 tree above", False), ("C6 converge", True), ("C9 gone", False)]
+    assert rows[0]["published_verdict"] == "partly" and rows[0]["seeds"] == [1] and rows[2]["published_verdict"] == ""
+    text = reports.build_index(rep, notebook_dir=None).read_text()
+    section = text[text.index("id='data-seed-checks'"):text.index("<h2>Notebooks")]
+    assert "3 claim(s) rerun" in section and "2 with a verdict other than the published one" in section
+    assert "+4.4% [+0.3, +8.9]" in section and "no such claim published" in section and "0123456789" in section
 
 
 @pytest.mark.slow
