@@ -200,7 +200,8 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
     checks = data_seed_rows(reports / SEED_CHECKS, claim_rows, nb_rows)
     out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
-           + _seed_section(claim_rows) + _data_seed_section(checks) + _notebooks_section(nb_rows) + _claims_section(claim_rows, counts, changed_keys))
+           + _seed_section(claim_rows) + _data_seed_section(checks) + _notebooks_section(nb_rows)
+           + _claims_section(claim_rows, counts, changed_keys))
     out.append(_FILTER_JS)
     out.append("</body></html>")
     return atomic_write_text(reports / "index.html", "\n".join(out))
@@ -323,7 +324,8 @@ def data_seed_rows(folder: Path | str, claim_rows: list[dict[str, Any]], nb_rows
         for claim in record.get("claims") or ([record["claim"]] if "claim" in record else []):
             mine = published.get((notebook, claim["claim"]), {})
             rows.append({"file": path.name, "notebook": notebook, "claim": claim["claim"],
-                         "seeds": status.get("parameters", {}).get("seeds", ""), "check_revision": status.get("git_revision", ""),
+                         "seeds": status.get("parameters", {}).get("seeds", ""),
+                         "check_revision": status.get("git_revision", ""),
                          "verdict": claim["verdict"], "ours": claim["ours"], "published_verdict": mine.get("verdict", ""),
                          "published_ours": mine.get("ours", ""), "report_revision": report_revision.get(notebook, ""),
                          "agree": bool(mine) and mine.get("verdict") == claim["verdict"]})

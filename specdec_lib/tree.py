@@ -432,21 +432,24 @@ def index_tuples(parents: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+def _index_paths(shape: str | Sequence[int]) -> set[tuple[int, ...]]:
+    """The index paths of a shape given as a spec string or a parents list."""
+    return set(index_tuples(parse_shape(shape) if isinstance(shape, str) else list(shape)))
+
+
 def contains_shape(big: str | Sequence[int], small: str | Sequence[int]) -> bool:
     """Whether every index path of the shape ``small`` is one of ``big``'s, so `restrict_to_shape` cuts a tree
     of shape ``small`` out of every tree of shape ``big`` (e.g. ``chain:12`` inside ``erss_specinfer:32``)."""
-    paths = lambda shape: set(index_tuples(parse_shape(shape) if isinstance(shape, str) else list(shape)))
-    return paths(small) <= paths(big)
+    return _index_paths(small) <= _index_paths(big)
 
 
 def union_shape(*shapes: str | Sequence[int]) -> list[int]:
-    """The parents list of the smallest shape containing every one of ``shapes`` (the union of their index
-    paths, each node after its parent and siblings in rank order). A tree drafted in it holds a tree of each
-    shape (`restrict_to_shape`), all drawn with the same random numbers where they overlap."""
+    """The parents list of the smallest shape containing every one of ``shapes``: the union of their index
+    paths, level by level, siblings in rank order. A tree drafted in it holds a tree of each shape
+    (`restrict_to_shape`), all drawn with the same random numbers where they overlap."""
     if not shapes:
         raise ValueError("union_shape needs at least one shape")
-    paths = sorted(set().union(*(index_tuples(parse_shape(s) if isinstance(s, str) else list(s)) for s in shapes)),
-                   key=lambda path: (len(path), path))  # level by level
+    paths = sorted(set().union(*map(_index_paths, shapes)), key=lambda path: (len(path), path))
     ids = {path: i for i, path in enumerate(paths)}
     return [-1] + [ids[path[:-1]] for path in paths[1:]]
 
