@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from .report_html import _COLOURS, _cell, split_ci
 from .report_notebooks import NOTEBOOK_DIR, list_notebooks
-from .results import VERDICTS, Claim, atomic_write_text, load_claims
+from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
 from .verdicts import SEED_DEPENDENT, STABLE_MARK
 
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
@@ -22,7 +22,7 @@ PREVIOUS_CLAIMS = Path(".previous") / "claims"
 SEED_CHECKS = Path("..") / "data" / "results" / "seed_checks"
 """Where reduced runs of a notebook under another data seed are kept (relative to the reports folder: for
 ``reports/`` that is ``data/results/seed_checks``). Each JSON file holds the run's ``status`` and the ``claims``
-(or the one ``claim``) it was run for; the index sets them beside the published verdicts."""
+it was run for (`results.claims_of`); the index sets them beside the published verdicts."""
 
 
 def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
@@ -321,7 +321,7 @@ def data_seed_rows(folder: Path | str, claim_rows: list[dict[str, Any]], nb_rows
         record = json.loads(path.read_text(encoding="utf-8"))
         status = record.get("status", {})
         notebook = status.get("notebook", path.stem)
-        for claim in record.get("claims") or ([record["claim"]] if "claim" in record else []):
+        for claim in claims_of(record):
             mine = published.get((notebook, claim["claim"]), {})
             rows.append({"file": path.name, "notebook": notebook, "claim": claim["claim"],
                          "seeds": status.get("parameters", {}).get("seeds", ""),

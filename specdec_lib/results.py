@@ -298,7 +298,11 @@ def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], dire
 
 def load_claims(path: Path | str) -> list[dict[str, Any]]:
     """Read a claims file written by `save_claims` (validates every record)."""
-    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    return claims_of(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def claims_of(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The validated claim records of a payload with a ``claims`` list (a claims file, a data-seed check)."""
     return [asdict(Claim(**r)) for r in payload["claims"]]
 
 

@@ -462,8 +462,7 @@ def restrict_to_shape(tree: DraftTree, shape: str | Sequence[int]) -> DraftTree:
     tree is distributed as a tree of that shape drawn at the same context. Examples: a chain inside a longer
     chain, batch(k) inside batch(K), tau*_k inside tau*_K, a SpecInfer tree inside a longer one.
     """
-    small = parse_shape(shape) if isinstance(shape, str) else list(shape)
-    want = set(index_tuples(small))
+    want = _index_paths(shape)
     have = index_tuples(tree.parent_list)
     keep = [i for i, t in enumerate(have) if t in want]
     if len(keep) != len(want):

@@ -32,6 +32,21 @@ def test_restricted_trees_have_the_law_of_the_smaller_shape(big, small, sampling
     assert via_big == pytest.approx(direct, abs=1e-12)
 
 
+def test_control_a_chain_off_the_first_child_has_another_law():
+    """Control for 03's C4: only the chain of FIRST-drawn children has the law of a drafted chain; the chain through a
+    second child (drawn without replacement, so never the first child's token) does not."""
+    from specdec_lib.tree import subtree
+    target, draft = random_markov_pair(4, 0.6, seed=3, eos=False)
+    big = parse_shape("parents:-1,0,0,2")  # two root children, the second one with a child
+    second = sum(p * expected_tokens("token", subtree(t, [0, 2, 3]))
+                 for p, t in exact.enumerate_drafts(target, draft, (1,), big, "without_replacement"))
+    first = sum(p * expected_tokens("token", E.restrict_to_shape(t, "chain:1"))
+                for p, t in exact.enumerate_drafts(target, draft, (1,), big, "without_replacement"))
+    direct = lambda n: exact.expected_step_tokens("token", target, draft, (1,), parse_shape(f"chain:{n}"), "without_replacement")
+    assert first == pytest.approx(direct(1), abs=1e-12)
+    assert abs(second - direct(2)) > 1e-3
+
+
 def test_restrict_to_shape_rejects_a_shape_not_contained():
     target, draft = random_markov_pair(4, 0.6, seed=3, eos=False)
     _, tree = exact.enumerate_drafts(target, draft, (1,), parse_shape("chain:2"), "iid")[0]

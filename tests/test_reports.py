@@ -11,8 +11,8 @@ import subprocess
 import nbformat
 import pytest
 
-from specdec_lib import report_index as index_mod, reports, results
-from specdec_lib.report_index import wall_minutes
+from specdec_lib import reports, results
+from specdec_lib.report_index import data_seed_rows, wall_minutes
 
 
 def _notebook(path, body: str) -> None:
@@ -141,10 +141,10 @@ def test_index_sets_data_seed_checks_beside_the_published_verdicts(tmp_path):
     checks.mkdir(parents=True)
     status = {"notebook": "03_e", "git_revision": "0123456789abcdef", "parameters": {"seeds": [1]}}
     (checks / "03_e_seed1.json").write_text(json.dumps({"status": status, "claims": [
-        {"claim": "C4 tree above", "verdict": "reproduced", "ours": "+4.4% [+0.3, +8.9]"},
-        {"claim": "C6 converge", "verdict": "reproduced", "ours": "+1.0% [+0.1, +2.0]"},
-        {"claim": "C9 gone", "verdict": "partly", "ours": "+1%"}]}))
-    rows = index_mod.data_seed_rows(checks, *reports.index_rows(rep, notebook_dir=None))
+        dataclasses.asdict(results.claim("erss", "C4 tree above", "yes", "+4.4% [+0.3, +8.9]", True)),
+        dataclasses.asdict(results.claim("erss", "C6 converge", "yes", "+1.0% [+0.1, +2.0]", True)),
+        dataclasses.asdict(results.claim("erss", "C9 gone", "yes", "+1%", "partly"))]}))
+    rows = data_seed_rows(checks, *reports.index_rows(rep, notebook_dir=None))
     assert [(r["claim"], r["agree"]) for r in rows] == [("C4 tree above", False), ("C6 converge", True), ("C9 gone", False)]
     assert rows[0]["published_verdict"] == "partly" and rows[0]["seeds"] == [1] and rows[2]["published_verdict"] == ""
     text = reports.build_index(rep, notebook_dir=None).read_text()

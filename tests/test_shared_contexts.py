@@ -236,6 +236,15 @@ def test_views_and_verifiers_per_arm(tiny_pair):
     with pytest.raises(ValueError, match=r"views_by_arm\['star'\] must be a mapping"):
         paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
                                          views_by_arm={"star": [lambda t: t]})
+    # each view evaluated by the verifiers named for it only; a label no arm has is an error, not ignored
+    only = paired_tokens_at_shared_contexts(
+        tiny_pair, prompts, arms, 1.0, ["token", "block"], contexts=3, progress=False,
+        views_by_arm={"chain": {1: lambda t: E.truncate_chain(t, 1), 3: lambda t: t}}, verifiers_by_view={1: ["block"]})
+    assert set(only.query("arm == 'chain' and view == 1")["verifier"]) == {"block"}
+    assert set(only.query("arm == 'chain' and view == 3")["verifier"]) == {"token", "block"}
+    with pytest.raises(ValueError, match="verifiers_by_view names views that no arm has"):
+        paired_tokens_at_shared_contexts(tiny_pair, prompts, arms, contexts=2, progress=False,
+                                         verifiers_by_view={"typo": ["token"]})
 
 
 def test_matched_rows_index_names_each_row_s_prompt_and_step(tiny_pair):

@@ -301,6 +301,12 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     views_of = _per_arm("views_by_arm", views_by_arm, arms_, views, lambda v: isinstance(v, Mapping), "a mapping", dict)
     verifiers_of = _per_arm("verifiers_by_arm", verifiers_by_arm, arms_, verifiers,
                             lambda v: isinstance(v, Sequence) and not isinstance(v, str), "a list", list)
+    # each arm's evaluation takes only the entries of its own views (an arm without views has the view "tree")
+    view_verifiers = {name: {v: n for v, n in (verifiers_by_view or {}).items() if v in (views_of[name] or ("tree",))}
+                      for name in arms_}
+    unknown_views = set(verifiers_by_view or {}) - set().union(*view_verifiers.values())
+    if unknown_views:
+        raise ValueError(f"verifiers_by_view names views that no arm has: {sorted(map(str, unknown_views))}")
     copies_of = _per_arm("copies_by_arm", copies_by_arm, arms_, 1,
                          lambda n: isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an int >= 1")
     contexts_of = _per_arm("contexts_by_arm", contexts_by_arm, arms_, contexts,
@@ -339,7 +345,7 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
                 record = TreeRecord(prompt.id, prompt.category, j, tree, 0, advance="target sample", draw=copy)
                 frames.append(paired_expected_tokens(
                     [record], verifiers_of[name], views_of[name], labels={**dict(labels or {}), column: name},
-                    verifiers_by_view={v: n for v, n in (verifiers_by_view or {}).items() if v in views_of[name]}))
+                    verifiers_by_view=view_verifiers[name]))
             release_freed_memory()  # tree rows change size every context: keep the heap from fragmenting
     if not frames:
         raise ValueError("no contexts collected (every target sample was empty)")
