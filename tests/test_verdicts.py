@@ -573,3 +573,15 @@ def test_every_check_reads_each_cell_check_s_claimed_side():
     assert [V.claimed_sign(c) for c in (V.GainCheck("a", "m", "b"), V.GainCheck("a", "m", "b", direction="<"),
                                          V.TrendCheck("t", "k", "m", "b", direction="decreasing"))] == [1, -1, -1]
     assert V.claimed_sign(V.ModelGapCheck("g", lambda r: 1.0, ["p1"], direction="=", margin=0.1)) == 0
+
+
+def test_convergence_start_is_where_the_expected_gap_is_widest():
+    # C6's 0th-order theory (seed 0): the gap opens from k = 2 to k = 4, then closes
+    theory_gain = {2: -0.042, 4: -0.071, 8: -0.065, 16: -0.043, 32: -0.023}
+    assert V.convergence_start(theory_gain, [1, 2, 4, 8, 16, 32], smallest=2) == 4
+    # the last x ends the contrast, so it never starts it (even where the gap is widest there)
+    assert V.convergence_start({2: 0.01, 4: 0.02, 8: 0.5}, [2, 4, 8], smallest=2) == 4
+    with pytest.raises(ValueError, match="xs"):
+        V.convergence_start({2: 0.1, 4: 0.1}, [1, 2], smallest=2)
+    with pytest.raises(ValueError, match="expected_gain"):
+        V.convergence_start({2: 0.1}, [2, 4, 8], smallest=2)

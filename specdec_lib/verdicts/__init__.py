@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
 from .checks import (AllOfCheck, EveryCheck, GainCheck, claimed_sign, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
-                     VectorStatisticCheck, bootstrap_indices, cluster_of, first_level_decision, paired_difference,
+                     VectorStatisticCheck, bootstrap_indices, cluster_of, convergence_start, first_level_decision, paired_difference,
                      paired_sums)
 from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
                         decide_exact, decide_trend, power_statement)
@@ -58,6 +58,6 @@ __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directio
            "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "claimed_sign", "IdentityCheck", "ModelGapCheck",
            "VectorStatisticCheck", "SpeedupCheck",
-           "first_level_decision",
+           "first_level_decision", "convergence_start",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES"]

@@ -444,6 +444,23 @@ class TrendCheck:
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "trend", f"{d.detail}; {steps}", d.power)
 
 
+def convergence_start(expected_gain: Mapping[Any, float], xs, smallest) -> Any:
+    """Where a convergence trend's contrast starts: among ``xs`` at or above ``smallest`` (the largest x
+    excluded: it ends the contrast), the x whose ``expected_gain`` (a theory's) is furthest from 0.
+
+    Before that x the expected gap still opens, so a contrast that starts earlier mixes the opening with
+    the closing and predicts a smaller effect than the claim is about (03's C6: the 0th-order theory of
+    ERSS over GSS under tau* widens from k = 2 to k = 4, then closes)."""
+    xs = sorted(xs)
+    candidates = [x for x in xs[:-1] if x >= smallest]
+    if not candidates:
+        raise ValueError(f"xs {xs} needs two values at or above {smallest!r} for a convergence trend")
+    missing = [x for x in candidates if x not in expected_gain]
+    if missing:
+        raise ValueError(f"expected_gain has no value at {missing}")
+    return max(candidates, key=lambda x: abs(expected_gain[x]))
+
+
 @dataclass
 class IdentityCheck:
     """An exact identity per tree: max |value(method) - value(baseline)| over matched trees <= tol."""
