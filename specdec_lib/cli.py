@@ -1,4 +1,5 @@
-"""Command line: ``specdec reproduce`` (the notebooks -> reports), ``specdec index``, ``specdec bench``.
+"""Command line: ``specdec reproduce`` (the notebooks -> reports), ``specdec index``, ``specdec seed-check``,
+``specdec bench``.
 
 Examples::
 
@@ -7,6 +8,8 @@ Examples::
     python -m specdec_lib reproduce --notebook 04_block -p num_prompts 2 -p temperatures "[0.6, 1.0]"
                                                           # -> reports/custom/, data/results/custom/
     python -m specdec_lib index                           # rebuild reports/index.html from claims/*.json
+    python -m specdec_lib seed-check -n 02_traversal --run-dir reports/custom --purpose "..."
+                                                          # a run under -p seeds '[1]' -> data/results/seed_checks/
     python -m specdec_lib bench --help                    # timing benchmark (specdec_lib.benchmark)
 
 ``-p NAME VALUE`` overrides a name of the notebooks' ``parameters`` cell; an unknown name, ``profile``
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import reports
+from .seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
 TEXT_PARAMETERS = frozenset({"target_model", "draft_model", "device", "dtype", "split"})
@@ -158,6 +162,15 @@ def _parser() -> argparse.ArgumentParser:
     idx.add_argument("--reports-dir", type=Path, default=None)
     idx.add_argument("--profile", default="default", choices=reports.PROFILES)
 
+    chk = sub.add_parser("seed-check", help="record a finished run under another data seed (-p seeds) in "
+                         "data/results/seed_checks/, where the index sets it beside the published verdicts")
+    chk.add_argument("--notebook", "-n", required=True, metavar="NAME")
+    chk.add_argument("--run-dir", type=Path, required=True, help="the run's reports folder (e.g. reports/custom)")
+    chk.add_argument("--purpose", required=True, help="what the run keeps of the notebook's design")
+    chk.add_argument("--keep", action="append", default=None, metavar="TEXT",
+                     help="record only the claims containing TEXT (repeatable; default: every claim)")
+    chk.add_argument("--out-dir", type=Path, default=None, help="default: data/results/seed_checks/")
+
     sub.add_parser("bench", help="timing benchmark of the decoders (specdec_lib.benchmark); every argument "
                    "after 'bench' goes to it", add_help=False)
     return parser
@@ -196,6 +209,16 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seed_check(args: argparse.Namespace) -> int:
+    try:
+        path = record_seed_check(args.run_dir, args.notebook, args.purpose, args.keep, args.out_dir or SEED_CHECKS_DIR)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
 def _bench(argv: list[str]) -> int:
     """``specdec bench ARGS``: `specdec_lib.benchmark.main(ARGS)` (imported lazily: `reproduce` never needs it)."""
     import importlib
@@ -225,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reports_dir = args.reports_dir or reports.default_reports_dir(args.profile)
         print(reports.build_index(reports_dir))
         return 0
+    if args.command == "seed-check":
+        return _seed_check(args)
     raise AssertionError(args.command)
 
 

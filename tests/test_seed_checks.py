@@ -1,0 +1,79 @@
+"""Recording a run under another data seed for the index (`seed_checks.record_seed_check`, ``specdec seed-check``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec_lib import cli, reports, results
+from specdec_lib.report_index import data_seed_rows
+from specdec_lib.seed_checks import record_seed_check
+
+
+def _run(folder, status="ok", parameters=None):
+    """A finished custom run of notebook 02_t in ``folder``: its status.json and claims/02_t.json."""
+    parameters = {"seeds": [1], "num_threads": 1} if parameters is None else parameters
+    results.save_claims("02_t", [results.claim("trav", "P(tau >= 1) equal", "equal", "+0.000", True),
+                                 results.claim("trav", "gain at depth 8", "+10%", "+12% [+9, +15]", True),
+                                 results.claim("trav", "speedup (wall clock)", "1.2x", "1.1x", "partly")],
+                        directory=folder / "claims")
+    (folder / "status.json").write_text(json.dumps({"02_t": {
+        "notebook": "02_t", "status": status, "git_revision": "abc123", "parameters": parameters}}))
+    return folder
+
+
+def test_a_run_under_seed_1_is_recorded_and_read_by_the_index(tmp_path):
+    run = _run(tmp_path / "run")
+    out = tmp_path / "data" / "results" / "seed_checks"
+    path = record_seed_check(run, "02_t", "  the full default design  ", out_dir=out)
+    assert path == out / "02_t_seed1.json"
+    record = json.loads(path.read_text())
+    assert record["purpose"] == "the full default design" and record["status"]["parameters"]["seeds"] == [1]
+    assert [c["claim"] for c in record["claims"]] == ["P(tau >= 1) equal", "gain at depth 8", "speedup (wall clock)"]
+    # the index reads it beside the published claims
+    published = tmp_path / "reports"
+    results.save_claims("02_t", [results.claim("trav", "gain at depth 8", "+10%", "+13% [+10, +17]", True)],
+                        directory=published / "claims")
+    rows = data_seed_rows(out, *reports.index_rows(published, notebook_dir=None))
+    assert [(r["claim"], r["agree"]) for r in rows][1] == ("gain at depth 8", True)
+
+
+def test_keep_records_only_the_claims_the_run_kept(tmp_path):
+    run = _run(tmp_path / "run")
+    path = record_seed_check(run, "02_t", "timings beside another run", keep=["P(tau", "depth 8"], out_dir=tmp_path)
+    assert [c["claim"] for c in json.loads(path.read_text())["claims"]] == ["P(tau >= 1) equal", "gain at depth 8"]
+    with pytest.raises(ValueError, match="keep.*depth 9"):
+        record_seed_check(run, "02_t", "x", keep=["depth 9"], out_dir=tmp_path)
+
+
+@pytest.mark.parametrize("status, parameters, notebook, purpose, match", [
+    ("ok", {"num_threads": 1}, "02_t", "x", "not given data seeds"),
+    ("ok", {"seeds": []}, "02_t", "x", "not given data seeds"),
+    ("failed", None, "02_t", "x", "run_dir.*'failed'"),
+    ("ok", None, "03_other", "x", "run_dir.*no run of 03_other"),
+    ("ok", None, "02_t", " ", "purpose"),
+])
+def test_bad_runs_and_arguments_are_value_errors_and_write_nothing(tmp_path, status, parameters, notebook, purpose,
+                                                                   match):
+    run = _run(tmp_path / "run", status, parameters)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=match):
+        record_seed_check(run, notebook, purpose, out_dir=out)
+    assert not out.exists()
+
+
+def test_a_run_without_claims_is_a_value_error(tmp_path):
+    run = _run(tmp_path / "run")
+    (run / "claims" / "02_t.json").unlink()
+    with pytest.raises(ValueError, match="run_dir.*no claims of 02_t"):
+        record_seed_check(run, "02_t", "x", out_dir=tmp_path / "out")
+
+
+def test_the_command_line_records_or_says_why_not(tmp_path, capsys):
+    run = _run(tmp_path / "run")
+    out = tmp_path / "out"
+    argv = ["seed-check", "-n", "02_t", "--run-dir", str(run), "--purpose", "full design", "--out-dir", str(out)]
+    assert cli.main(argv) == 0 and (out / "02_t_seed1.json").is_file()
+    assert cli.main(argv + ["--keep", "nothing like this"]) == 2
+    assert "error: keep" in capsys.readouterr().err
