@@ -20,9 +20,10 @@ PREVIOUS_CLAIMS = Path(".previous") / "claims"
 """Where the runner keeps the claim files it replaced (relative to the reports folder)."""
 
 SEED_CHECKS = Path("..") / "data" / "results" / "seed_checks"
-"""Where reduced runs of a notebook under another data seed are kept (relative to the reports folder: for
-``reports/`` that is ``data/results/seed_checks``). Each JSON file holds the run's ``status`` and the ``claims``
-it was run for (`results.claims_of`); the index sets them beside the published verdicts."""
+"""Where runs of a notebook under another data seed are kept, relative to the reports folder (for ``reports/``
+that is ``data/results/seed_checks``; `seed_checks.record_seed_check` writes them). Each JSON file holds the run's
+``status`` and the ``claims`` it was run for (`results.claims_of`); the index sets them beside the published
+verdicts."""
 
 
 def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
@@ -339,8 +340,9 @@ def _data_seed_section(checks: list[dict[str, Any]]) -> list[str]:
         return []
     differ = [c for c in checks if not c["agree"]]
     out = ["<h3>Data-seed checks</h3><div id='data-seed-checks'>",
-           f"<p>{len(checks)} claim(s) rerun under another data seed (a reduced run that keeps the claim's design, "
-           f"files in data/results/seed_checks/); {len(differ)} with a verdict other than the published one.</p>",
+           f"<p>{len(checks)} claim(s) rerun under another data seed (the whole notebook, or a reduced run that keeps "
+           f"the design of the claims it lists; files in data/results/seed_checks/, written by `specdec seed-check`); "
+           f"{len(differ)} with a verdict other than the published one.</p>",
            "<table><tr><th>notebook</th><th>claim</th><th>data seed</th><th>verdict there</th><th>ours there</th>"
            "<th>published verdict</th><th>published ours</th><th>revisions (check / report)</th></tr>"]
     for c in checks:
