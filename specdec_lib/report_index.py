@@ -321,11 +321,12 @@ def data_seed_rows(folder: Path | str, claim_rows: list[dict[str, Any]], nb_rows
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = json.loads(path.read_text(encoding="utf-8"))
         status = record.get("status", {})
+        parameters = status.get("parameters", {})
         notebook = status.get("notebook", path.stem)
         for claim in claims_of(record):
             mine = published.get((notebook, claim["claim"]), {})
             rows.append({"file": path.name, "notebook": notebook, "claim": claim["claim"],
-                         "seeds": status.get("parameters", {}).get("seeds", ""),
+                         "seeds": parameters.get("seeds", parameters.get("seed", "")),
                          "check_revision": status.get("git_revision", ""),
                          "verdict": claim["verdict"], "ours": claim["ours"], "published_verdict": mine.get("verdict", ""),
                          "published_ours": mine.get("ours", ""), "report_revision": report_revision.get(notebook, ""),

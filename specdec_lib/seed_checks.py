@@ -25,11 +25,13 @@ SEED_CHECKS_DIR = REPO_ROOT / "data" / "results" / "seed_checks"
 
 
 def _run_seeds(status: dict[str, Any], notebook: str) -> list[int]:
-    """The data seeds a run was given with ``-p seeds``; a ValueError when it was given none."""
-    seeds = status.get("parameters", {}).get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ValueError(f"the run of {notebook} was not given data seeds (-p seeds '[1]'): its parameters are "
-                         f"{status.get('parameters', {})}")
+    """The data seeds a run was given with ``-p seeds`` (a list) or ``-p seed`` (07's single seed); a ValueError
+    when it was given none."""
+    parameters = status.get("parameters", {})
+    seeds = parameters.get("seeds", [parameters["seed"]] if "seed" in parameters else None)
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise ValueError(f"the run of {notebook} was not given data seeds (-p seeds '[1]', or -p seed 1 where the "
+                         f"notebook has one seed): its parameters are {parameters}")
     return seeds
 
 
@@ -46,9 +48,9 @@ def _kept(claims: list[dict[str, Any]], keep: Sequence[str] | None, notebook: st
 def record_seed_check(run_dir: Path | str, notebook: str, purpose: str, keep: Sequence[str] | None = None,
                       out_dir: Path | str = SEED_CHECKS_DIR) -> Path:
     """Write ``<out_dir>/<notebook>_seed<seeds>.json`` (``purpose``, the run's ``status`` and its claims, or the
-    ones containing a text of ``keep``) from the reports folder ``run_dir`` of a finished run with ``-p seeds``.
-    ValueErrors: no run of ``notebook`` there or no claims of it, a run that did not finish ("ok"), no seeds, an empty ``purpose``,
-    a ``keep`` text that matches no claim. Returns the path written."""
+    ones containing a text of ``keep``) from the reports folder ``run_dir`` of a finished run with ``-p seeds``
+    (or ``-p seed``). ValueErrors: no run of ``notebook`` there or no claims of it, a run that did not finish
+    ("ok"), no seeds, an empty ``purpose``, a ``keep`` text that matches no claim. Returns the path written."""
     if not isinstance(purpose, str) or not purpose.strip():
         raise ValueError("purpose must say what the check keeps of the notebook's design (a non-empty text)")
     run_dir = Path(run_dir)

@@ -50,6 +50,7 @@ def test_keep_records_only_the_claims_the_run_kept(tmp_path):
 @pytest.mark.parametrize("status, parameters, notebook, purpose, match", [
     ("ok", {"num_threads": 1}, "02_t", "x", "not given data seeds"),
     ("ok", {"seeds": []}, "02_t", "x", "not given data seeds"),
+    ("ok", {"seed": True}, "02_t", "x", "not given data seeds"),
     ("failed", None, "02_t", "x", "run_dir.*'failed'"),
     ("ok", None, "03_other", "x", "run_dir.*no run of 03_other"),
     ("ok", None, "02_t", " ", "purpose"),
@@ -77,3 +78,10 @@ def test_the_command_line_records_or_says_why_not(tmp_path, capsys):
     assert cli.main(argv) == 0 and (out / "02_t_seed1.json").is_file()
     assert cli.main(argv + ["--keep", "nothing like this"]) == 2
     assert "error: keep" in capsys.readouterr().err
+
+
+def test_a_notebook_with_one_seed_parameter_names_the_file_by_it(tmp_path):
+    run = _run(tmp_path / "run", parameters={"seed": 2})
+    out = tmp_path / "out"
+    assert record_seed_check(run, "02_t", "x", out_dir=out).name == "02_t_seed2.json"
+    assert {r["seeds"] for r in data_seed_rows(out, [], [])} == {2}
