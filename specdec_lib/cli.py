@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--purpose", required=True, help="what the run keeps of the notebook's design")
     chk.add_argument("--keep", action="append", default=None, metavar="TEXT",
                      help="record only the claims containing TEXT (repeatable; default: every claim)")
-    chk.add_argument("--out-dir", type=Path, default=None, help="default: data/results/seed_checks/")
+    chk.add_argument("--out-dir", type=Path, default=SEED_CHECKS_DIR, help="default: data/results/seed_checks/")
 
     sub.add_parser("bench", help="timing benchmark of the decoders (specdec_lib.benchmark); every argument "
                    "after 'bench' goes to it", add_help=False)
@@ -211,7 +211,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _seed_check(args: argparse.Namespace) -> int:
     try:
-        path = record_seed_check(args.run_dir, args.notebook, args.purpose, args.keep, args.out_dir or SEED_CHECKS_DIR)
+        path = record_seed_check(args.run_dir, args.notebook, args.purpose, args.keep, args.out_dir)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,15 @@ that is ``data/results/seed_checks``; `seed_checks.record_seed_check` writes the
 verdicts."""
 
 
+def data_seeds(parameters: Mapping[str, Any]) -> list[int] | None:
+    """The data seeds a run was given: ``seeds`` (a list), or ``seed`` (a notebook with one seed, 07) as a list of
+    one; None when neither is a list of integers."""
+    seeds = parameters.get("seeds", [parameters["seed"]] if "seed" in parameters else None)
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        return None
+    return seeds
+
+
 def load_status(reports_dir: Path | str) -> dict[str, dict[str, Any]]:
     """The per-notebook run records of a reports folder (empty when none)."""
     path = Path(reports_dir) / "status.json"
@@ -321,12 +330,11 @@ def data_seed_rows(folder: Path | str, claim_rows: list[dict[str, Any]], nb_rows
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = json.loads(path.read_text(encoding="utf-8"))
         status = record.get("status", {})
-        parameters = status.get("parameters", {})
         notebook = status.get("notebook", path.stem)
         for claim in claims_of(record):
             mine = published.get((notebook, claim["claim"]), {})
             rows.append({"file": path.name, "notebook": notebook, "claim": claim["claim"],
-                         "seeds": parameters.get("seeds", parameters.get("seed", "")),
+                         "seeds": data_seeds(status.get("parameters", {})) or "",
                          "check_revision": status.get("git_revision", ""),
                          "verdict": claim["verdict"], "ours": claim["ours"], "published_verdict": mine.get("verdict", ""),
                          "published_ours": mine.get("ours", ""), "report_revision": report_revision.get(notebook, ""),

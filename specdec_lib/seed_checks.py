@@ -17,22 +17,12 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from .report_index import load_status
-from .results import REPO_ROOT, atomic_write_text, load_claims
+from .report_index import SEED_CHECKS, data_seeds, load_status
+from .reports import PUBLISHED_REPORTS_DIR
+from .results import atomic_write_text, load_claims
 
-SEED_CHECKS_DIR = REPO_ROOT / "data" / "results" / "seed_checks"
-"""Where `record_seed_check` writes (the index reads it as ``report_index.SEED_CHECKS`` from ``reports/``)."""
-
-
-def _run_seeds(status: dict[str, Any], notebook: str) -> list[int]:
-    """The data seeds a run was given with ``-p seeds`` (a list) or ``-p seed`` (07's single seed); a ValueError
-    when it was given none."""
-    parameters = status.get("parameters", {})
-    seeds = parameters.get("seeds", [parameters["seed"]] if "seed" in parameters else None)
-    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-        raise ValueError(f"the run of {notebook} was not given data seeds (-p seeds '[1]', or -p seed 1 where the "
-                         f"notebook has one seed): its parameters are {parameters}")
-    return seeds
+SEED_CHECKS_DIR = (PUBLISHED_REPORTS_DIR / SEED_CHECKS).resolve()
+"""Where `record_seed_check` writes: ``report_index.SEED_CHECKS`` seen from the published ``reports/``."""
 
 
 def _kept(claims: list[dict[str, Any]], keep: Sequence[str] | None, notebook: str) -> list[dict[str, Any]]:
@@ -59,7 +49,10 @@ def record_seed_check(run_dir: Path | str, notebook: str, purpose: str, keep: Se
         raise ValueError(f"run_dir: {run_dir} holds no run of {notebook} (no entry in its status.json)")
     if status.get("status") != "ok":
         raise ValueError(f"run_dir: the run of {notebook} in {run_dir} ended {status.get('status')!r}, not 'ok'")
-    seeds = _run_seeds(status, notebook)
+    seeds = data_seeds(status.get("parameters", {}))
+    if seeds is None:
+        raise ValueError(f"the run of {notebook} was not given data seeds (-p seeds '[1]', or -p seed 1 where the "
+                         f"notebook has one seed): its parameters are {status.get('parameters', {})}")
     claims_path = run_dir / "claims" / f"{notebook}.json"
     if not claims_path.is_file():
         raise ValueError(f"run_dir: {run_dir} has no claims of {notebook} ({claims_path} is missing)")

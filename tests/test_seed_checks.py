@@ -7,8 +7,8 @@ import json
 import pytest
 
 from specdec_lib import cli, reports, results
-from specdec_lib.report_index import data_seed_rows
-from specdec_lib.seed_checks import record_seed_check
+from specdec_lib.report_index import SEED_CHECKS, data_seed_rows
+from specdec_lib.seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
 def _run(folder, status="ok", parameters=None):
@@ -84,4 +84,9 @@ def test_a_notebook_with_one_seed_parameter_names_the_file_by_it(tmp_path):
     run = _run(tmp_path / "run", parameters={"seed": 2})
     out = tmp_path / "out"
     assert record_seed_check(run, "02_t", "x", out_dir=out).name == "02_t_seed2.json"
-    assert {r["seeds"] for r in data_seed_rows(out, [], [])} == {2}
+    assert [r["seeds"] for r in data_seed_rows(out, [], [])] == [[2], [2], [2]]
+
+
+def test_the_default_folder_is_the_one_the_published_index_reads():
+    assert SEED_CHECKS_DIR == (reports.PUBLISHED_REPORTS_DIR / SEED_CHECKS).resolve()
+    assert SEED_CHECKS_DIR == results.REPO_ROOT / "data" / "results" / "seed_checks"
