@@ -387,7 +387,7 @@ def star_batch_frame(rows, batch: int, samples: Mapping[str, int], seed: int = 0
 
 
 def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: SweepConfig,
-                 progress: bool = False):
+                 progress: bool = False, tree_prompts: Sequence["E.PromptIds"] | None = None):
     """Exact expected tokens per step of every verifier of the sweep on trees drafted by ``pair``.
 
     ``rows``: matched (P, Q) or (P, Q, index) of this pair's draft (for the Sequoia / SpecInfer shapes, and with
@@ -402,7 +402,12 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
     node-Rao-Blackwellised estimators beside their exact values ("token_rb", "erss_rb": on the sequence view,
     functions of the drafted tokens alone, `node_rao_blackwell.erss_reach`). "star": ERSS vs GSS on
     batch(race_batch) at every matched row with the star integrated out (`star_batch_frame`); the drafted race
-    trees keep a batch view too, a Monte Carlo check of it with one star per context."""
+    trees keep a batch view too, a Monte Carlo check of it with one star per context. ``tree_prompts``: the
+    prompts of the Sequoia / SpecInfer trees instead of ``prompts`` (more of them: most of that gain's noise is
+    between prompts, not between the contexts of one prompt)."""
+    tree_prompts = prompts if tree_prompts is None else tree_prompts
+    if not len(tree_prompts):
+        raise ValueError("tree_prompts must hold at least one prompt")
     T, common = cfg.temperature, dict(max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=progress)
     frames = []
     if "chain" in cfg.experiments:
@@ -437,7 +442,7 @@ def sweep_frames(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, cfg: Sw
         P, Q, _ = _split_rows(rows)
         seq_parents, (k, length), p_wr, p_iid = sequoia_shapes(P, Q, cfg)
         arms = {"Sequoia": (seq_parents, "without_replacement"), "SpecInfer": (f"batch:{k}x{length}", "iid")}
-        trees = E.paired_tokens_at_shared_contexts(pair, prompts, arms, T, ["token", "token_rb"],
+        trees = E.paired_tokens_at_shared_contexts(pair, tree_prompts, arms, T, ["token", "token_rb"],
                                                    contexts=cfg.max_new_tokens,
                                                    seed=cfg.seed, column="tree", labels={"experiment": "trees"},
                                                    progress=progress)
@@ -491,7 +496,8 @@ class SweepResult:
 
 def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Sequence[float] = GOALS,
               cfg: SweepConfig | None = None, tol: float = 1e-3, n_boot: int = 1000,
-              progress: bool = False, real_drafts: Mapping[str, tuple] | None = None) -> SweepResult:
+              progress: bool = False, real_drafts: Mapping[str, tuple] | None = None,
+              tree_prompts: Sequence["E.PromptIds"] | None = None) -> SweepResult:
     """The real draft (lam = 0) and the synthetic draft tuned to each goal (`tune_lambda_rows` on ``rows``
     = matched (P, Q) of ``pair``): `sweep_frames` and `sweep_gains` for each, labelled by regime.
 
@@ -499,7 +505,7 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
     with_index=True)`; (P, Q) when ``cfg.experiments`` leaves out "star"). ``real_drafts``: further REAL drafts
     of the same target, label -> (pair, matched rows at the same contexts), e.g. the quantized self-draft whose
     acceptance lies in the papers' range; each is one more regime (``synthetic`` False, ``lam`` NaN; the first
-    regime, "real draft", is ``pair``'s own draft)."""
+    regime, "real draft", is ``pair``'s own draft). ``tree_prompts``: as in `sweep_frames`, every regime."""
     cfg = cfg or SweepConfig()
     P, Q, index = _split_rows(rows)
     base = acceptance(P, Q)
@@ -530,7 +536,7 @@ def run_sweep(pair: "E.Pair", prompts: Sequence["E.PromptIds"], rows, goals: Seq
     for f, make_pair, make_rows in regimes:
         t0 = time.perf_counter()
         regime_cfg = replace(cfg, binary_copies=cfg.binary_copies_by_regime.get(f["regime"], cfg.binary_copies))
-        frame = sweep_frames(make_pair(), prompts, make_rows(), regime_cfg, progress)
+        frame = sweep_frames(make_pair(), prompts, make_rows(), regime_cfg, progress, tree_prompts)
         labels = dict(regime=f["regime"], lam=f["lam"], acceptance=f["acceptance"], synthetic=f["synthetic"])
         frames.append(frame.assign(**labels))
         gains.append(sweep_gains(frame, cfg, n_boot).assign(**labels))

@@ -354,3 +354,23 @@ def test_every_gain_over_token_vanishes_as_the_draft_becomes_the_target():
                   for v in ("token", "traversal")}
         gain[lam] = tokens["traversal"] / tokens["token"] - 1
     assert gain[0.0] < gain[0.4] and gain[0.8] < gain[0.4] and gain[0.8] > 0.01
+
+
+def test_tree_prompts_draft_only_the_sequoia_and_specinfer_trees():
+    pair = E.toy_pair(8, 0.9, seed=0)
+    prompts = E.prompts_for(pair, 1, categories=["a"])
+    more = E.prompts_for(pair, 3, categories=["a", "b"])
+    rows = E.matched_rows(pair, prompts, 1.0, max_new_tokens=12, progress=False)
+    cfg = RG.SweepConfig(binary_depth=2, tree_size=5, tree_depth=3, max_new_tokens=4, mc_samples=4,
+                         experiments=("binary", "trees"))
+    res = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50, tree_prompts=more)
+    ids = res.frames.groupby("experiment")["prompt_id"].unique().map(sorted)
+    assert ids["binary"] == ["a-0"] and ids["trees"] == sorted(p.id for p in more)
+    gains = res.gains.set_index(["regime", "key"])
+    assert (gains.xs("sequoia_vs_specinfer", level="key")["prompts"] == 6).all()
+    # the same prompts given both ways draft the same trees
+    same = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50, tree_prompts=prompts)
+    plain = RG.run_sweep(pair, prompts, rows, goals=(0.7,), cfg=cfg, n_boot=50)
+    assert np.allclose(same.frames["expected_tokens"], plain.frames["expected_tokens"], atol=1e-12)
+    with pytest.raises(ValueError, match="tree_prompts"):
+        RG.run_sweep(pair, prompts, rows, goals=(), cfg=cfg, n_boot=50, tree_prompts=[])
