@@ -12,6 +12,7 @@ end of the cell (``plt.show()``). Intervals are drawn as error bars: bootstrap 9
 * `compare_lines` -- exact values (lines) beside reference values (crosses), e.g. a spec fixture.
 * `g_curves` -- ERSS's Figures 3-4: empirical G(k) with CIs, the 0th-order theory and the Lemma 4.3 bounds.
 * `positional_law` -- the index distribution r(i) (mean over drafted stars ± 1.96 SE), log scale.
+* `forest` -- many paired gains side by side: one row per comparison with its CI, one panel per ``col``.
 """
 
 from __future__ import annotations
@@ -311,6 +312,43 @@ def positional_law(laws: Mapping[str, Any], prefix: str = "p", max_index: int | 
     return fig
 
 
+def forest(frame, label: str, x: str = "gain", lo: str | None = "ci_low", hi: str | None = "ci_high",
+           col: str | None = None, percent: bool = True, linthresh: float | None = 10.0,
+           xlabel: str | None = None, title: str | None = None, width: float = 5.5):
+    """A forest plot: one row per value of ``label`` (in order of first appearance), the gain ``x`` with its CI
+    as a horizontal bar (none where the CI is NaN), a zero line, one panel per value of ``col`` sharing the rows.
+    ``linthresh``: the x axis is linear within ±linthresh (percent when ``percent``) and logarithmic beyond it
+    (None: linear), so gains of a few percent and of a few hundred percent read on one axis."""
+    if label not in frame:
+        raise ValueError(f"label: no column {label!r} in the frame")
+    order = list(dict.fromkeys(frame[label].tolist()))
+    if not order:
+        raise ValueError("frame: no rows to plot")
+    scale = 100.0 if percent else 1.0
+    panels = _values(frame, col)
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 0.3 * len(order) + 1.6), sharey=True,
+                             squeeze=False)
+    rows = np.arange(len(order))
+    for ax, value in zip(axes[0], panels):
+        part = frame if col is None else frame[frame[col] == value]
+        part = part.drop_duplicates(label).set_index(label).reindex(order)
+        gains = scale * part[x].to_numpy(dtype=float)
+        ax.errorbar(gains, rows, xerr=_errors(part, gains, lo, hi, None, scale), fmt="o", color="C0", capsize=3,
+                    markersize=4)
+        ax.axvline(0, color="grey", lw=0.8)
+        if linthresh is not None:
+            ax.set_xscale("symlog", linthresh=linthresh)
+        ax.set(yticks=rows, yticklabels=order, title=_label([(col, value)]) if col else None)
+    axes[0][0].invert_yaxis()
+    unit = "%" if percent else ""
+    fig.supxlabel(xlabel or f"paired gain{', ' + unit if unit else ''}"
+                  + (f" (log scale beyond ±{linthresh:g}{unit})" if linthresh is not None else ""), fontsize=10)
+    fig.suptitle(title or "paired gains, 95% CI over prompts", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def errorbar_count(fig) -> int:
     """Number of error-bar lines (ErrorbarContainer) in a figure: one per plotted group."""
     # lazy: matplotlib is only needed when a figure is drawn
@@ -320,4 +358,4 @@ def errorbar_count(fig) -> int:
 
 
 __all__ = ["ci_lines", "gain_plot", "gain_with_theory", "ccdf", "compare_lines", "g_curves", "positional_law", "wilson_interval",
-           "errorbar_count"]
+           "forest", "errorbar_count"]

@@ -128,3 +128,28 @@ def test_gain_with_theory_draws_the_measured_gain_and_a_wider_theory_line():
     assert any(list(ln.get_ydata()) == [0, 0] for ln in ax.lines) and ax.get_xscale() == "log"
     with pytest.raises(ValueError, match="theory"):
         plots.gain_with_theory(gains, {})
+
+
+def test_forest_one_row_per_comparison_per_panel_with_its_interval():
+    rel = pd.DataFrame({"temperature": [0.6, 0.6, 0.6, 1.0, 1.0, 1.0],
+                        "relation": ["b vs a", "c vs a", "d vs a"] * 2,
+                        "gain": [0.02, 1.5, 0.0, 0.03, 2.0, 0.0],
+                        "ci_low": [0.01, 1.2, np.nan, 0.01, 1.8, np.nan],
+                        "ci_high": [0.03, 1.9, np.nan, 0.05, 2.2, np.nan]})
+    fig = plots.forest(rel, "relation", col="temperature")
+    assert len(fig.axes) == 2 and plots.errorbar_count(fig) == 2
+    for ax in fig.axes:
+        (bar,) = _containers(ax)
+        x, y = bar.lines[0].get_data()
+        assert list(y) == [0, 1, 2] and ax.get_xscale() == "symlog"
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["b vs a", "c vs a", "d vs a"]
+    (bar,) = _containers(fig.axes[0])
+    assert list(bar.lines[0].get_xdata()) == pytest.approx([2.0, 150.0, 0.0])
+    segments = bar.lines[2][0].get_segments()  # percent; the NaN interval draws a bar of zero length
+    assert [segments[1][0][0], segments[1][1][0]] == pytest.approx([120.0, 190.0])
+    assert segments[2][0][0] == segments[2][1][0] == pytest.approx(0.0)
+    assert fig.axes[0].get_title() == "temperature=0.6"
+    linear = plots.forest(rel.query("temperature == 0.6"), "relation", linthresh=None, percent=False)
+    assert linear.axes[0].get_xscale() == "linear"
+    with pytest.raises(ValueError, match="label"):
+        plots.forest(rel, "comparison")
