@@ -68,3 +68,12 @@ def test_all_notebooks_run_on_smoke_profile(tmp_path):
 
 PAPER_REPORTS = ("01", "02", "03", "04", "05")
 """The paper notebooks: each report carries at least three figures (the papers' own where data allows)."""
+
+
+def test_sequoia_notebook_runs_one_data_seed_at_a_time(tmp_path):
+    """05's sections draw their sampling seeds from its one data seed: two seeds are refused (ValueError), not
+    silently run as the first."""
+    (run,) = reports.reproduce(["05_sequoia"], "smoke", {"seeds": [0, 1]}, tmp_path / "reports", tmp_path / "results",
+                               progress=False)
+    assert run.status != "ok"
+    assert "ValueError" in run.error and "seeds: 05 runs one data seed at a time" in run.error
