@@ -316,7 +316,8 @@ def forest(frame, label: str, x: str = "gain", lo: str | None = "ci_low", hi: st
            col: str | None = None, percent: bool = True, linthresh: float | None = 10.0,
            xlabel: str | None = None, title: str | None = None, width: float = 5.5):
     """A forest plot: one row per value of ``label`` (in order of first appearance), the gain ``x`` with its CI
-    as a horizontal bar (none where the CI is NaN), a zero line, one panel per value of ``col`` sharing the rows.
+    as a horizontal bar (of zero length where the CI is NaN), a zero line, one panel per value of ``col`` sharing
+    the rows.
     ``linthresh``: the x axis is linear within ±linthresh (percent when ``percent``) and logarithmic beyond it
     (None: linear), so gains of a few percent and of a few hundred percent read on one axis."""
     if label not in frame:
