@@ -325,6 +325,10 @@ def forest(frame, label: str, x: str = "gain", lo: str | None = "ci_low", hi: st
     order = list(dict.fromkeys(frame[label].tolist()))
     if not order:
         raise ValueError("frame: no rows to plot")
+    repeated = frame.duplicated([label] if col is None else [col, label])
+    if repeated.any():
+        raise ValueError(f"label: {sorted(set(frame.loc[repeated, label]))} appear more than once in a panel; "
+                         "each row of the plot is one comparison")
     scale = 100.0 if percent else 1.0
     panels = _values(frame, col)
     plt = _plt()
@@ -333,7 +337,7 @@ def forest(frame, label: str, x: str = "gain", lo: str | None = "ci_low", hi: st
     rows = np.arange(len(order))
     for ax, value in zip(axes[0], panels):
         part = frame if col is None else frame[frame[col] == value]
-        part = part.drop_duplicates(label).set_index(label).reindex(order)
+        part = part.set_index(label).reindex(order)
         gains = scale * part[x].to_numpy(dtype=float)
         ax.errorbar(gains, rows, xerr=_errors(part, gains, lo, hi, None, scale), fmt="o", color="C0", capsize=3,
                     markersize=4)

@@ -153,3 +153,7 @@ def test_forest_one_row_per_comparison_per_panel_with_its_interval():
     assert linear.axes[0].get_xscale() == "linear"
     with pytest.raises(ValueError, match="label"):
         plots.forest(rel, "comparison")
+    # a repeated comparison within a panel would be drawn as one of its rows only: refused
+    with pytest.raises(ValueError, match="more than once"):
+        plots.forest(rel, "relation")
+    assert plots.errorbar_count(plots.forest(rel.query("temperature == 1.0"), "relation")) == 1
