@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -427,3 +429,36 @@ def test_bad_copy_contexts_are_value_errors(limit, needle):
     with pytest.raises(ValueError, match=needle):
         paired_tokens_at_shared_contexts(E.toy_pair(), [_prompt([1])], {"a": ("chain:3", "iid")}, contexts=4,
                                          progress=False, contexts_by_arm={"a": 2}, copy_contexts_by_arm=limit)
+
+
+def test_model_gap_frame_puts_each_contexts_vector_beside_its_trees(tiny_pair):
+    """`model_gap_frame`: one row per (context, tree) with the tree's exact expected tokens and the positional
+    vector of the same context. For a root with one child F(T) = 1 + p1 holds at every context exactly (the
+    token_rb value integrates the child's draw out), so the model gap is zero; a chain of three is measured at
+    the same contexts and keeps the same vector."""
+    from specdec_lib import theory
+    from specdec_lib.experiments.shared_contexts import model_gap_frame, rows_at_shared_contexts
+
+    prompts = [_prompt([3, 9, 4], "writing-01"), _prompt([7, 1, 30, 2], "qa-01")]
+    trees = {2: [-1, 0], 3: [-1, 0, 1]}
+    frame = model_gap_frame(tiny_pair, prompts, trees, 0.8, 3, mc_samples=4, contexts=4, seed=2, progress=False)
+    assert len(frame) == 2 * 4 * 2 and set(frame["size"]) == {2, 3}
+    assert {"prompt_id", "category", "step", "expected_tokens", "p1", "p2", "p3"} <= set(frame.columns)
+    P, Q = rows_at_shared_contexts(tiny_pair, prompts, 0.8, contexts=4, seed=2)
+    vectors = theory.acceptance_by_scheme(P, Q, 3, {"w": "without_replacement"}, 4)["w"]
+    one = frame.query("size == 2").sort_values(["prompt_id", "step"])
+    expected = pd.DataFrame(vectors, columns=["p1", "p2", "p3"]).assign(
+        prompt_id=np.repeat(["writing-01", "qa-01"], 4), step=np.tile(range(4), 2)).sort_values(["prompt_id", "step"])
+    assert np.allclose(one[["p1", "p2", "p3"]].to_numpy(), expected[["p1", "p2", "p3"]].to_numpy())
+    assert np.allclose(one["expected_tokens"], 1 + one["p1"], atol=1e-5)
+    three = frame.query("size == 3").sort_values(["prompt_id", "step"])
+    assert np.allclose(three[["p1", "p2", "p3"]].to_numpy(), one[["p1", "p2", "p3"]].to_numpy())
+    gap = V.ModelGapCheck("root and one child", lambda v: theory.expected_tokens_positional([-1, 0], v),
+                          ["p1", "p2", "p3"], {"size": 2}, direction="=", margin=0.01).evaluate(frame)
+    assert abs(gap.estimate) < 1e-5 and gap.verdict == "reproduced"
+    with pytest.raises(ValueError, match="trees"):
+        model_gap_frame(tiny_pair, prompts, {}, 0.8, 3, progress=False)
+    with pytest.raises(ValueError, match="trees"):
+        model_gap_frame(tiny_pair, prompts, {1: [-1, 0], "1": [-1, 0]}, 0.8, 3, progress=False)
+    with pytest.raises(ValueError, match="max_children"):
+        model_gap_frame(tiny_pair, prompts, trees, 0.8, 0, progress=False)

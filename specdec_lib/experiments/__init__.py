@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
 from .collection import NoRowsError, TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
-from .shared_contexts import paired_tokens_at_shared_contexts, rows_at_shared_contexts
+from .shared_contexts import model_gap_frame, paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
                     prompt_categories, prompts_for, settings, settings_table, toy_pair, with_draft)
 from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level_against_optimum, index_law_at_rows, kseq_rejection_from_rows,

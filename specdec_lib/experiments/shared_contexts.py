@@ -28,6 +28,7 @@ from ..exact import sample_tree
 from ..memory import release_freed_memory
 from ..progress import tqdm
 from ..sampling import process_logits
+from ..theory import acceptance_by_scheme
 from ..tree import SAMPLING_MODES, DraftTree
 from .collection import TreeRecord, _toy_models, _toy_race_tree, joined_rows, teacher_forced_rows
 from .paired import paired_expected_tokens
@@ -350,3 +351,37 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
     if not frames:
         raise ValueError("no contexts collected (every target sample was empty)")
     return pd.concat(frames, ignore_index=True)
+
+
+def model_gap_frame(pair: Pair, prompts: Sequence[PromptIds], trees: Mapping[Any, Sequence[int]],
+                    temperature: float, max_children: int, sampling: str = "without_replacement",
+                    mc_samples: int = 64, contexts: int = 16, seed: int = 0, column: str = "size",
+                    verifier: str = "token_rb", contexts_per_forward: int | None = None,
+                    progress: bool = True) -> pd.DataFrame:
+    """The per-context frame a model-against-measurement check (`verdicts.ModelGapCheck`) reads: at every shared
+    context (prompt, step) of ``prompts``, each tree of ``trees`` (label -> parents list) drafted with ``sampling``
+    and its exact expected tokens under ``verifier`` in ``expected_tokens`` (label in ``column``), beside the
+    positional acceptance vector ``p1..p{max_children}`` measured at that same context with the same sampling
+    scheme (`theory.acceptance_by_scheme` on the rows of `rows_at_shared_contexts`, ``mc_samples`` draw
+    sequences). So a model's prediction from the vectors (Sequoia's F(T)) and the measurement describe the
+    same contexts, and a bootstrap over prompts resamples both."""
+    if not isinstance(trees, Mapping) or not trees:
+        raise ValueError("trees must be a non-empty mapping label -> parents list")
+    if isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1:
+        raise ValueError(f"max_children must be an int >= 1, got {max_children!r}")
+    P, Q, index = rows_at_shared_contexts(pair, prompts, temperature, contexts=contexts, seed=seed, with_index=True)
+    vectors = acceptance_by_scheme(P, Q, max_children, {sampling: sampling}, mc_samples)[sampling]
+    del P, Q
+    vector_columns = [f"p{i}" for i in range(1, max_children + 1)]
+    by_context = index.join(pd.DataFrame(vectors, columns=vector_columns))
+    names = {str(label): label for label in trees}  # arm names are text; the frame keeps the given labels
+    if len(names) != len(trees):
+        raise ValueError(f"trees: labels {list(trees)} print alike; give each tree a distinct label")
+    measured = paired_tokens_at_shared_contexts(pair, prompts, {name: (list(trees[label]), sampling)
+                                                                for name, label in names.items()},
+                                                temperature, [verifier], contexts=contexts, seed=seed,
+                                                column=column, contexts_per_forward=contexts_per_forward,
+                                                progress=progress)
+    measured[column] = measured[column].map(names)
+    measured = measured[["prompt_id", "step", column, "expected_tokens"]]
+    return measured.merge(by_context, on=["prompt_id", "step"], validate="many_to_one")
