@@ -77,8 +77,9 @@ def settings(profile: str, defaults: Mapping[str, Mapping[str, Any]], **given: A
     return out
 
 
-POSITIVE_COUNTS = frozenset({"num_prompts", "tree_prompts", "gap_prompts", "category_prompts", "category_tokens", "max_new_tokens", "copies", "tree_contexts", "sequence_contexts",
-                             "sequence_copies", "max_index", "rows_tokens", "timing_tokens", "sizes", "mc_samples"})
+POSITIVE_COUNTS = frozenset({"num_prompts", "tree_prompts", "gap_prompts", "category_prompts", "category_tokens",
+                             "max_new_tokens", "copies", "tree_contexts", "sequence_contexts", "sequence_copies",
+                             "max_index", "rows_tokens", "timing_tokens", "sizes", "mc_samples"})
 """Parameters whose integers (themselves, their list items or dict values) count something and must be >= 1;
 every other integer must be >= 0 (0 may mean "skip", as for ``timing_prompts``)."""
 

@@ -12,6 +12,8 @@ is therefore evaluated at exactly the same contexts, and `paired_expected_tokens
 exact expected tokens under a verifier: the paired difference per context has no context noise and no
 verification noise, only the drafting noise of each arm. The mean is per context (every position of
 the target's text), the same weighting as the positional acceptance vectors of `matched_rows`.
+`model_gap_frame` puts each context's own positional vector beside the trees drafted there, for a model's
+prediction (Sequoia's F(T)) checked against the measurement at the same contexts.
 """
 
 from __future__ import annotations
@@ -369,14 +371,14 @@ def model_gap_frame(pair: Pair, prompts: Sequence[PromptIds], trees: Mapping[Any
         raise ValueError("trees must be a non-empty mapping label -> parents list")
     if isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1:
         raise ValueError(f"max_children must be an int >= 1, got {max_children!r}")
+    names = {str(label): label for label in trees}  # arm names are text; the frame keeps the given labels
+    if len(names) != len(trees):
+        raise ValueError(f"trees: labels {list(trees)} print alike; give each tree a distinct label")
     P, Q, index = rows_at_shared_contexts(pair, prompts, temperature, contexts=contexts, seed=seed, with_index=True)
     vectors = acceptance_by_scheme(P, Q, max_children, {sampling: sampling}, mc_samples)[sampling]
     del P, Q
     vector_columns = [f"p{i}" for i in range(1, max_children + 1)]
     by_context = index.join(pd.DataFrame(vectors, columns=vector_columns))
-    names = {str(label): label for label in trees}  # arm names are text; the frame keeps the given labels
-    if len(names) != len(trees):
-        raise ValueError(f"trees: labels {list(trees)} print alike; give each tree a distinct label")
     measured = paired_tokens_at_shared_contexts(pair, prompts, {name: (list(trees[label]), sampling)
                                                                 for name, label in names.items()},
                                                 temperature, [verifier], contexts=contexts, seed=seed,
