@@ -358,8 +358,7 @@ def paired_tokens_at_shared_contexts(pair: Pair, prompts: Sequence[PromptIds], a
 def model_gap_frame(pair: Pair, prompts: Sequence[PromptIds], trees: Mapping[Any, Sequence[int]],
                     temperature: float, max_children: int, sampling: str = "without_replacement",
                     mc_samples: int = 64, contexts: int = 16, seed: int = 0, column: str = "size",
-                    verifier: str = "token_rb", contexts_per_forward: int | None = None,
-                    progress: bool = True) -> pd.DataFrame:
+                    verifier: str = "token_rb", progress: bool = True) -> pd.DataFrame:
     """The per-context frame a model-against-measurement check (`verdicts.ModelGapCheck`) reads: at every shared
     context (prompt, step) of ``prompts``, each tree of ``trees`` (label -> parents list) drafted with ``sampling``
     and its exact expected tokens under ``verifier`` in ``expected_tokens`` (label in ``column``), beside the
@@ -382,8 +381,7 @@ def model_gap_frame(pair: Pair, prompts: Sequence[PromptIds], trees: Mapping[Any
     measured = paired_tokens_at_shared_contexts(pair, prompts, {name: (list(trees[label]), sampling)
                                                                 for name, label in names.items()},
                                                 temperature, [verifier], contexts=contexts, seed=seed,
-                                                column=column, contexts_per_forward=contexts_per_forward,
-                                                progress=progress)
+                                                column=column, progress=progress)
     measured[column] = measured[column].map(names)
     measured = measured[["prompt_id", "step", column, "expected_tokens"]]
     return measured.merge(by_context, on=["prompt_id", "step"], validate="many_to_one")
