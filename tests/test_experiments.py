@@ -331,6 +331,45 @@ def test_interleaved_timing_runs_every_arm_on_each_prompt_back_to_back_in_a_rota
         E.interleaved_timing(E.toy_pair(), prompts, arms, progress=False)
 
 
+def test_prompts_for_never_returns_fewer_prompts_than_asked():
+    class Encoder:  # the hf branch needs only the target's encode
+        def encode(self, text):
+            return torch.tensor([1, 2, 3])
+
+    pair = E.Pair(Encoder(), Encoder(), "hf", "stub")
+    got = E.prompts_for(pair, 12, categories=["coding", "rag"])
+    assert len(got) == 24 and [p.category for p in got] == ["coding"] * 12 + ["rag"] * 12
+    with pytest.raises(ValueError, match=r"num_prompts=13: category 'coding' of split 'heldout' has only 12"):
+        E.prompts_for(pair, 13, categories=["coding"])
+    with pytest.raises(ValueError, match="unknown category 'nothing'"):
+        E.prompts_for(pair, 1, categories=["nothing"])
+    with pytest.raises(ValueError, match="num_prompts must be >= 1"):
+        E.prompts_for(pair, 0)
+
+
+def test_interleaved_timing_records_round_inputs_once_per_prompt_before_its_round(tiny_llama):
+    pair = E.Pair(tiny_llama(64), tiny_llama(64, name="tiny-draft"), "hf", "tiny")
+    prompts = [E.PromptIds(f"p{k}", "c", torch.tensor([1, 2 + k, 3])) for k in range(3)]
+    arms = {"autoregressive": None, "chain": ("token", "chain:2", "iid")}
+    calls = []
+
+    def measure():
+        calls.append(len(calls))
+        return {"prof_target_1": 0.01 * len(calls), "prof_draft_1": 0.001}
+
+    rows = E.interleaved_timing(pair, prompts, arms, max_new_tokens=3, progress=False, round_inputs=measure)
+    assert calls == [0, 1, 2]  # one measurement per prompt's round
+    by_prompt = rows.groupby("prompt_id")["prof_target_1"].agg(["min", "max"])
+    assert list(by_prompt["min"]) == pytest.approx([0.01, 0.02, 0.03]) and (by_prompt["min"] == by_prompt["max"]).all()
+    assert set(E.TIMING_COLUMNS) | {"prof_target_1", "prof_draft_1"} == set(rows.columns)
+    for bad, match in [(lambda: {}, "non-empty"), (lambda: {"seconds": 1.0}, "timing columns"),
+                       (lambda: {"x": "fast"}, "not a number"), (lambda: {"x": float("nan")}, "not finite")]:
+        with pytest.raises(ValueError, match=match):
+            E.interleaved_timing(pair, prompts, arms, max_new_tokens=3, progress=False, round_inputs=bad)
+    with pytest.raises(ValueError, match="round_inputs"):
+        E.interleaved_timing(pair, prompts, arms, progress=False, round_inputs={"x": 1.0})
+
+
 def test_kseq_rejection_from_rows_is_the_mean_over_drawn_stars():
     """SpecTr's exact per-context rejection (drafts integrated out) equals the mean of the exact rejection of
     drawn i.i.d. stars (`star_rejection_from_rows`), and 1 - sum min(p, q) at k = 1 (the maximal coupling)."""

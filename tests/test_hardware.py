@@ -253,3 +253,44 @@ def test_recorded_gpu_profiles_of_the_papers_shapes_load():
     for name in ("llama-2-7b", "llama-2-13b", "jackfram-68m"):
         prof = H.load_profile(f"cuda_float16_{name}-shape.json")
         assert prof["device_type"] == "cuda" and prof["device"] and 1 in prof["sizes"] and 1024 in prof["sizes"]
+
+
+def test_round_profile_columns_pool_back_by_their_medians(tiny_model):
+    """round_profile flattens several short profiles into columns; profile_from_columns reads them back."""
+    cols = H.round_profile({"target": tiny_model, "draft": tiny_model}, {"target": [1, 4], "draft": [1]},
+                           prefix_len=8, repeats=2, warmup=0)
+    assert set(cols) == {H.profile_column("target", 1), H.profile_column("target", 4), H.profile_column("draft", 1)}
+    assert all(v > 0 for v in cols.values())
+    with pytest.raises(ValueError, match="same models"):
+        H.round_profile({"target": tiny_model}, {"draft": [1]})
+    import pandas as pd
+    rounds = pd.DataFrame([{H.profile_column("target", 1): t1, H.profile_column("target", 4): 2 * t1,
+                            H.profile_column("draft", 1): 0.1, "seconds": 9.0} for t1 in (1.0, 3.0, 2.0)])
+    assert H.profile_from_columns(rounds, "target") == {1: 2.0, 4: 4.0}
+    assert H.profile_from_columns(rounds, "draft") == {1: 0.1}
+    with pytest.raises(ValueError, match="no profile columns"):
+        H.profile_from_columns(rounds, "other")
+    with pytest.raises(ValueError, match="no rows"):
+        H.profile_from_columns(rounds.iloc[:0], "target")
+    with pytest.raises(ValueError, match="model"):
+        H.profile_column("a@b", 1)
+
+
+def test_predicted_speedup_is_eq1_for_one_tree():
+    target, draft = {1: 0.08, 2: 0.082, 4: 0.09, 8: 0.12}, 0.005
+    plan = H.optimize_tree([0.7, 0.1, 0.05], target, draft, max_size=8, max_depth=8)
+    assert H.predicted_speedup(plan.expected_tokens, target, draft, plan.size, plan.depth) == pytest.approx(plan.speedup)
+    assert H.predicted_speedup(2.0, target, draft, 4, 2) == pytest.approx(2.0 * 0.08 / (0.09 + 2 * 0.005))
+    with pytest.raises(ValueError, match="expected_tokens"):
+        H.predicted_speedup(0.5, target, draft, 4, 2)
+    with pytest.raises(ValueError, match="size 1"):
+        H.predicted_speedup(2.0, {4: 0.1}, draft, 4, 2)
+
+
+def test_speedup_from_round_profiles_pools_the_rounds_then_applies_eq1():
+    import pandas as pd
+    rounds = pd.DataFrame([{H.profile_column("target", 1): t, H.profile_column("target", 4): 1.25 * t,
+                            H.profile_column("draft", 1): 0.1 * t} for t in (0.04, 0.05, 0.03)])
+    expected = H.predicted_speedup(1.8, {1: 0.04, 4: 0.05}, 0.004, 4, 2)
+    assert H.speedup_from_round_profiles(rounds, 1.8, 4, 2) == pytest.approx(expected)
+    assert expected == pytest.approx(1.8 / ((1.25 + 2 * 0.1)))

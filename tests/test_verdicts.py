@@ -585,3 +585,36 @@ def test_convergence_start_is_where_the_expected_gap_is_widest():
         V.convergence_start({2: 0.1, 4: 0.1}, [1, 2], smallest=2)
     with pytest.raises(ValueError, match="expected_gain"):
         V.convergence_start({2: 0.1}, [2, 4, 8], smallest=2)
+
+
+def test_a_predicted_speedup_function_is_recomputed_on_each_resample_from_per_prompt_inputs():
+    """A prediction computed from per-prompt measurements (a profile re-measured before every prompt's round):
+    constant inputs give exactly the fixed-number check; noisy inputs widen the CI (their noise is inside it)."""
+    frame = _timing_frame(1.5, noise=0.02)
+    fixed = V.SpeedupCheck("model", "fast", "base", predicted=1.45, direction="=", margin=0.2).evaluate(frame)
+    mean_x = lambda d: float(d["x"].mean())
+    same = V.SpeedupCheck("model", "fast", "base", predicted=mean_x, inputs=["x"], direction="=",
+                          margin=0.2).evaluate(frame.assign(x=1.45))
+    assert (same.verdict, same.estimate, same.ci_low, same.ci_high) == pytest.approx(
+        (fixed.verdict, fixed.estimate, fixed.ci_low, fixed.ci_high), abs=1e-12)
+    assert "recomputed per resample" in same.detail
+    # one input per prompt (the same on both arms of a prompt), noisy around 1.45
+    x = {f"p{k}": 1.45 * (1 + 0.1 * z) for k, z in enumerate(np.random.default_rng(5).normal(size=10))}
+    noisy = frame.assign(x=frame["prompt_id"].map(x))
+    d = V.SpeedupCheck("model", "fast", "base", predicted=mean_x, inputs=["x"], direction="=",
+                       margin=0.2).evaluate(noisy)
+    measured = 1 + V.SpeedupCheck("s", "fast", "base").evaluate(frame).estimate
+    assert d.estimate == pytest.approx(measured / np.mean(list(x.values())) - 1, abs=1e-12)
+    assert d.ci_high - d.ci_low > 1.5 * (fixed.ci_high - fixed.ci_low)
+    with pytest.raises(ValueError, match="inputs"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=mean_x, direction="=", margin=0.2)
+    with pytest.raises(ValueError, match="inputs"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=1.4, inputs=["x"], direction="=", margin=0.2)
+    with pytest.raises(ValueError, match="columns"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=mean_x, inputs=["x"], direction="=", margin=0.2).evaluate(frame)
+    with pytest.raises(ValueError, match="predicted"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=lambda d: 0.0, inputs=["x"], direction="=",
+                       margin=0.2).evaluate(noisy)
+    with pytest.raises(ValueError, match="missing for some prompts"):
+        V.SpeedupCheck("bad", "fast", "base", predicted=mean_x, inputs=["x"], direction="=",
+                       margin=0.2).evaluate(noisy.assign(x=noisy["x"].where(noisy["prompt_id"] != "p3")))

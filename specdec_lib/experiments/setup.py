@@ -216,7 +216,8 @@ def prompts_for(pair: Pair, num_prompts: int, categories: Sequence[str] | None =
 
     toy pair: random token tuples of length ``toy_length``, categories named as given (default one
     category "toy"); hf pair: `specdec_lib.data.load_prompts(split, category)` encoded with the target's
-    chat template, the first ``num_prompts`` of each category (all categories when None).
+    chat template, the first ``num_prompts`` of each category (all categories when None); a category with
+    fewer prompts than ``num_prompts`` is a ValueError naming it.
     """
     if num_prompts < 1:
         raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
@@ -233,10 +234,13 @@ def prompts_for(pair: Pair, num_prompts: int, categories: Sequence[str] | None =
         cats = list(categories)
     out = []
     for c in cats:
-        chosen = load_prompts(split, category=c)[:num_prompts]
-        if not chosen:
+        available = load_prompts(split, category=c)
+        if not available:
             raise ValueError(f"no prompts of category {c!r} in split {split!r}")
-        out.extend(PromptIds(p.id, p.category, pair.target.encode(p.text), p.text) for p in chosen)
+        if len(available) < num_prompts:  # never fewer prompts than asked, silently
+            raise ValueError(f"num_prompts={num_prompts}: category {c!r} of split {split!r} has only "
+                             f"{len(available)} prompts")
+        out.extend(PromptIds(p.id, p.category, pair.target.encode(p.text), p.text) for p in available[:num_prompts])
     return out
 
 

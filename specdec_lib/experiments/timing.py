@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,11 @@ def _check_timed_pair(pair: Pair) -> None:
     if getattr(pair.draft, "synthetic", False):
         raise ValueError(f"{pair.draft.name} is a synthetic draft (models.interpolated): tokens per step only, "
                          "never wall clock")
+
+
+#: the columns of `interleaved_timing`'s rows (`_timed_run`'s plus the round's ``arm`` and ``order``)
+TIMING_COLUMNS = ("prompt_id", "category", "verifier", "shape", "temperature", "tokens", "steps", "seconds",
+                  "tokens_per_s", "tokens_per_step", "draft_s", "target_s", "verify_s", "median_step_s", "arm", "order")
 
 
 def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampling: str, temperature: float,
@@ -65,14 +70,21 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
 
 def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple | None],
                        temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
-                       progress: bool = True):
+                       progress: bool = True, round_inputs: Callable[[], Mapping[str, float]] | None = None):
     """Wall-clock decoding of several arms, paired by prompt and interleaved in time: for each prompt every
     arm runs once, back to back, in an order rotated by one arm per prompt, so a slow spell of a shared
     machine falls on all arms of the prompts it covers (not on the arm that happened to run then) and no arm
     always runs first. ``arms``: name -> None (autoregressive) or (verifier, shape, sampling). Every arm
     decodes prompt k with the same seed (``seed * 100_003 + k``, as `timed_generation`). Returns the rows of
-    `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round)."""
+    `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round).
+
+    ``round_inputs``: None, or a function called once before each prompt's round whose {name: number} become
+    columns of that prompt's rows: measurements a model predicts the timings from (e.g.
+    `hardware.round_profile`), taken in the same spells of the machine as the timings they predict, so that
+    a rule can resample them with the prompts (`verdicts.SpeedupCheck` with a callable prediction)."""
     _check_timed_pair(pair)
+    if round_inputs is not None and not callable(round_inputs):
+        raise ValueError(f"round_inputs must be None or a function returning {{name: number}}, got {round_inputs!r}")
     if not arms:
         raise ValueError("arms must name at least one arm")
     for name, arm in arms.items():
@@ -84,13 +96,34 @@ def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[s
         iterator = tqdm(list(iterator), desc=f"timing {len(names)} arms interleaved, T={temperature}", leave=False)
     rows = []
     for k, prompt in iterator:
+        inputs = _round_inputs(round_inputs)
         for order in range(len(names)):
             name = names[(k + order) % len(names)]
             verifier, shape, sampling = arms[name] or (None, None, "iid")
             row = _timed_run(pair, prompt, verifier, shape, sampling, temperature, top_p, max_new_tokens,
                              seed * 100_003 + k)
-            rows.append({**row, "arm": name, "order": order})
+            rows.append({**row, "arm": name, "order": order, **inputs})
     return pd.DataFrame(rows)
+
+
+def _round_inputs(round_inputs) -> dict[str, float]:
+    """One call of `interleaved_timing`'s ``round_inputs``, checked: {name: finite number}."""
+    if round_inputs is None:
+        return {}
+    values = round_inputs()
+    if not isinstance(values, Mapping) or not values:
+        raise ValueError(f"round_inputs must return a non-empty {{name: number}} mapping, got {values!r}")
+    out = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not name or name in TIMING_COLUMNS:
+            raise ValueError(f"round_inputs: column name {name!r} is not a string or is one of the timing columns")
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"round_inputs: {name!r} = {value!r} is not a number") from None
+        if not np.isfinite(out[name]):
+            raise ValueError(f"round_inputs: {name!r} = {value!r} is not finite")
+    return out
 
 
 def step_seconds_shared_work(timing, verifiers: Sequence[str]) -> pd.Series:

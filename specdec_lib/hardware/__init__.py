@@ -11,10 +11,11 @@ from __future__ import annotations
 from .cost_model import (
     CHAIN_VERIFIERS, SEQUOIA_DEMO_DRAFT_COST, SEQUOIA_DEMO_PROFILE, ChainPlan, TreePlan, best_at_size, level_cost,
     normalised_times,
-    optimize_chain, optimize_tree, predicted_step_seconds, profile_times,
+    optimize_chain, optimize_tree, predicted_speedup, predicted_step_seconds, profile_column, profile_from_columns,
+    profile_times, speedup_from_round_profiles,
 )
 from .profiling import (
-    DATA_DIR, SHAPES, load_profile, main, profile, save_profile, shape_config, shape_only_model,
+    DATA_DIR, SHAPES, load_profile, main, profile, round_profile, save_profile, shape_config, shape_only_model,
 )
 
 __all__ = [
@@ -22,4 +23,6 @@ __all__ = [
     "normalised_times",
     "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
     "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds", "best_at_size",
+    "predicted_speedup", "profile_column", "profile_from_columns", "round_profile",
+    "speedup_from_round_profiles",
 ]

@@ -4,7 +4,9 @@ forward-time profiles (`specdec_lib.hardware.profiling`) read as {size: time}.
 * :func:`optimize_tree` maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes and depths
   (G from Sequoia's DP in :mod:`specdec_lib.theory`); :func:`optimize_chain` picks the best draft length of
   a chain for the token / block / ASpS verifiers from a measured acceptance profile.
-* :func:`profile_times`, :func:`level_cost`, :func:`normalised_times`: the times a profile gives.
+* :func:`profile_times`, :func:`level_cost`, :func:`normalised_times`: the times a profile gives;
+  :func:`profile_from_columns` pools per-round profiles (`profiling.round_profile`) stored as frame columns;
+  :func:`predicted_speedup` is Eq. 1's speedup of one tree (:func:`speedup_from_round_profiles` from such columns).
 """
 
 from __future__ import annotations
@@ -49,6 +51,26 @@ def level_cost(draft_profile, width: int = 1) -> float:
     if width not in times:
         raise ValueError(f"width {width} was not profiled; profiled sizes: {sorted(times)}")
     return times[width]
+
+
+def profile_column(model: str, size: int) -> str:
+    """The column holding ``model``'s time for ``size`` tokens in a frame of per-round profiles
+    (`profiling.round_profile`)."""
+    if not isinstance(model, str) or not model or "@" in model:
+        raise ValueError(f"model must be a non-empty name without '@', got {model!r}")
+    return f"profile {model} @{int(size)}"
+
+
+def profile_from_columns(frame, model: str) -> dict[int, float]:
+    """{size: median seconds over the rows} of ``model``'s profile columns (`profile_column`) in ``frame``: the
+    per-round profiles of a timing run (one row per round) pooled by their medians."""
+    prefix = profile_column(model, 1)[:-1]
+    columns = {int(c[len(prefix):]): c for c in frame.columns if isinstance(c, str) and c.startswith(prefix)}
+    if not columns:
+        raise ValueError(f"the frame has no profile columns of {model!r} (expected names like {prefix}1)")
+    if not len(frame):
+        raise ValueError("the frame has no rows")
+    return _times({n: float(frame[c].median()) for n, c in columns.items()})
 
 
 def normalised_times(target_profile) -> dict[int, float]:
@@ -158,6 +180,28 @@ def predicted_step_seconds(target_profile, draft_cost, size: int, depth: int, st
     if step_overhead < 0:
         raise ValueError("step_overhead must be >= 0")
     return times[size] + depth * _draft_cost(draft_cost) + step_overhead
+
+
+def predicted_speedup(expected_tokens: float, target_profile, draft_cost, size: int, depth: int,
+                      step_overhead: float = 0.0) -> float:
+    """The optimizer's speedup of a tree over autoregressive decoding: G t(1) / (t(size) + depth c (+
+    ``step_overhead``)) (Eq. 1 before maximising; :func:`predicted_step_seconds`)."""
+    g = float(expected_tokens)
+    if not math.isfinite(g) or g < 1:
+        raise ValueError(f"expected_tokens must be a finite number >= 1, got {expected_tokens!r}")
+    times = _times(target_profile)
+    if 1 not in times:
+        raise ValueError("the target profile needs size 1 (the autoregressive step t(1))")
+    return g * times[1] / predicted_step_seconds(times, draft_cost, size, depth, step_overhead)
+
+
+def speedup_from_round_profiles(frame, expected_tokens: float, size: int, depth: int, target: str = "target",
+                                draft: str = "draft") -> float:
+    """:func:`predicted_speedup` with t(n) and c pooled from per-round profiles in ``frame``'s columns
+    (:func:`profile_from_columns` of ``target``; the draft's one-token time of ``draft``): the prediction a
+    rule recomputes from each resample of a timing run's prompts (`verdicts.SpeedupCheck`)."""
+    return predicted_speedup(expected_tokens, profile_from_columns(frame, target),
+                             level_cost(profile_from_columns(frame, draft), 1), size, depth)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from ..models import load_model
 from ..models.cpu_linear import SmallBatchLinear, use_small_batch_linear
 from ..models.kv_cache import cache_of, with_cache
 from ..results import cpu_features
-from .cost_model import _times
+from .cost_model import _times, profile_column
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "hardware"
 
@@ -356,6 +356,21 @@ def load_profile(path: str | Path) -> dict:
         raise ValueError(f"{path} is not a hardware profile: missing {missing}")
     _times(data)
     return data
+
+
+def round_profile(models: Mapping[str, object], sizes: Mapping[str, Sequence[int]], prefix_len: int = 128,
+                  repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+    """A short profile of several models, flattened to {``profile_column(name, n)``: median seconds}: for
+    `experiments.interleaved_timing`'s ``round_inputs``, so the profile a prediction uses is measured again
+    before every prompt's round, in the same spells of the machine as the timings it predicts (read back with
+    `cost_model.profile_from_columns`). ``models``: name -> model; ``sizes``: name -> sizes to time."""
+    if not models or set(models) != set(sizes):
+        raise ValueError(f"models and sizes must name the same models, got {sorted(models)} and {sorted(sizes)}")
+    out = {}
+    for name, model in models.items():
+        prof = profile(model, sizes[name], prefix_len=prefix_len, repeats=repeats, warmup=warmup, label=name)
+        out.update({profile_column(name, n): t for n, t in zip(prof["sizes"], prof["median_s"])})
+    return out
 
 
 # ----- command line -------------------------------------------------------------------------------

@@ -276,17 +276,25 @@ class SpeedupCheck:
     With ``predicted`` 1 it is the speedup itself: direction '>' is the superiority rule ("method is faster");
     with a ``margin`` the noninferiority rule ("method is not slower than baseline by more than margin").
     Direction '=' with a ``margin`` sets the speedup against a model's prediction by the equivalence rule
-    (reproduced when the CI of measured / predicted - 1 lies inside +-margin); the prediction is held fixed,
-    so a profile's own timing noise is not inside the CI."""
+    (reproduced when the CI of measured / predicted - 1 lies inside +-margin).
+
+    ``predicted`` a number is held fixed, so the noise of what it was computed from is not inside the CI.
+    ``predicted`` a function is recomputed on every resample from the model's inputs measured per prompt:
+    ``inputs`` names the frame's columns it reads (measured once per prompt's round, e.g.
+    `hardware.round_profile` through `interleaved_timing`'s ``round_inputs``); it is called with a DataFrame of
+    one row per resampled prompt (the ``baseline`` arm's values, repeated as the prompt is drawn) and returns
+    the predicted speedup. The model's inputs then vary with the prompts as the timings do, and their noise is
+    inside the CI."""
 
     claim: str
     method: str
     baseline: str
-    predicted: float = 1.0
+    predicted: float | Callable[[pd.DataFrame], float] = 1.0
     column: str = "arm"
     direction: str = ">"
     margin: float | None = None
     min_effect: float = MIN_EFFECT["superiority"]
+    inputs: Sequence[str] = ()
 
     def __post_init__(self):
         if self.direction not in (">", "<", "="):
@@ -295,11 +303,16 @@ class SpeedupCheck:
             raise ValueError("margin: an equivalence ('=') needs a margin > 0")
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be > 0, got {self.margin!r}")
-        if not (math.isfinite(float(self.predicted)) and self.predicted > 0):
-            raise ValueError(f"predicted must be a finite speedup > 0, got {self.predicted!r}")
+        if callable(self.predicted):
+            if isinstance(self.inputs, str) or not self.inputs:
+                raise ValueError("inputs: a predicted function needs the names of the columns it reads")
+        else:
+            if self.inputs:
+                raise ValueError("inputs: only a predicted function reads inputs; a number is held fixed")
+            _check_prediction(self.predicted)
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
-        missing = [c for c in (self.column, "prompt_id", "tokens", "seconds") if c not in frame.columns]
+        missing = [c for c in (self.column, "prompt_id", "tokens", "seconds", *self.inputs) if c not in frame.columns]
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
         parts = {arm: frame[frame[self.column] == arm] for arm in (self.method, self.baseline)}
@@ -308,18 +321,39 @@ class SpeedupCheck:
             raise ValueError(f"no prompt was timed with both {self.method!r} and {self.baseline!r}")
         # prompts timed by one arm only fall outside ``clusters`` and so out of the sums
         sums = {arm: _cluster_sums(p, ["tokens", "seconds"], clusters)[0] for arm, p in parts.items()}
+        predict = self._prediction(parts[self.baseline], clusters)
 
         def speedup(rows):
             (tm, sm), (tb, sb) = sums[self.method][rows].sum(0), sums[self.baseline][rows].sum(0)
             return (tm / sm) / (tb / sb)
 
-        est, lo, hi, _ = _resampled(lambda rows: speedup(rows) / self.predicted - 1.0, len(clusters), n_boot, seed)
+        est, lo, hi, _ = _resampled(lambda rows: speedup(rows) / predict(rows) - 1.0, len(clusters), n_boot, seed)
         d = _decide_statistic(est, lo, hi, self.direction, self.margin, self.min_effect)
-        measured = f"{self.method}: {speedup(np.arange(len(clusters))):.3f}x the rate of {self.baseline}"
-        if self.predicted != 1.0:
-            measured += f" (predicted {self.predicted:.3f}x)"
+        everything = np.arange(len(clusters))
+        measured = f"{self.method}: {speedup(everything):.3f}x the rate of {self.baseline}"
+        if callable(self.predicted) or self.predicted != 1.0:
+            measured += f" (predicted {predict(everything):.3f}x" + (", recomputed per resample)"
+                                                                   if callable(self.predicted) else ")")
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
                         f"{d.detail}; {measured}, {len(clusters)} prompts", d.power)
+
+    def _prediction(self, baseline_rows, clusters) -> Callable[[np.ndarray], float]:
+        """rows -> the prediction for those resampled clusters: the fixed number, or the function on the
+        clusters' inputs (the baseline arm's mean per cluster)."""
+        if not callable(self.predicted):
+            return lambda rows: float(self.predicted)
+        per_cluster = (baseline_rows[list(self.inputs)].groupby(baseline_rows["prompt_id"].map(cluster_of)).mean()
+                       .reindex(clusters))
+        if per_cluster.isna().any().any():
+            raise ValueError(f"inputs {list(self.inputs)} are missing for some prompts of {self.baseline!r}")
+        return lambda rows: _check_prediction(self.predicted(per_cluster.iloc[rows]))
+
+
+def _check_prediction(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+            or not (math.isfinite(float(value)) and value > 0):
+        raise ValueError(f"predicted must be a finite speedup > 0, got {value!r}")
+    return float(value)
 
 
 @dataclass
