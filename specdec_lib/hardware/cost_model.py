@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .. import theory
 
@@ -114,8 +114,37 @@ def _draft_cost(draft_cost) -> float:
     return value
 
 
+def _overhead_of(step_overhead) -> Callable[[int, int], float]:
+    """``optimize_tree``'s ``step_overhead`` as a function of (size, depth): a number for every tree, or a
+    mapping {(size, depth): seconds} (`overhead.dp_tree_overheads`)."""
+    if isinstance(step_overhead, Mapping):
+        table = {(int(n), int(d)): float(v) for (n, d), v in step_overhead.items()}
+        for key, value in table.items():
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"step_overhead{key} must be finite and >= 0, got {value}")
+
+        def lookup(n: int, d: int) -> float:
+            if (n, d) not in table:
+                raise ValueError(f"step_overhead has no entry for the tree (size {n}, depth {d})")
+            return table[(n, d)]
+        return lookup
+    value = float(step_overhead)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"step_overhead must be finite and >= 0, got {step_overhead!r}")
+    return lambda n, d: value
+
+
+def _baseline(times: dict[int, float], baseline_overhead: float) -> float:
+    """t(1) plus the autoregressive decoder's own seconds per token: the step a speedup is counted against."""
+    value = float(baseline_overhead)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"baseline_overhead must be finite and >= 0, got {baseline_overhead!r}")
+    return times[1] + value
+
+
 def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, max_depth: int,
-                  step_overhead: float = 0.0) -> TreePlan:
+                  step_overhead: float | Mapping[tuple[int, int], float] = 0.0,
+                  baseline_overhead: float = 0.0) -> TreePlan:
     """Sequoia's hardware-aware optimizer (Sec. 3.3, Eq. 1; docs/methods/sequoia.md §2.11).
 
     Maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes n <= ``max_size`` and depths
@@ -126,8 +155,12 @@ def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, 
     ``target_profile``: a profile dict (:func:`profile` / :func:`load_profile`, medians used) or a mapping
     {size: time}; it must contain size 1. ``draft_cost``: the draft's time per level in the same unit as
     the target times (seconds for a profile), or the draft's profile dict (its size-1 median).
-    ``step_overhead`` (same unit, default 0) adds a per-step cost the paper does not model (sampling,
-    residuals, masks; docs/methods/sequoia.md §2.11). Ties keep the smaller size, then the smaller depth.
+    ``step_overhead`` (same unit, default 0) adds per-step work the paper does not model (sampling, drawing,
+    checks, verification, commits; docs/methods/sequoia.md §2.11): one number for every tree, or
+    {(size, depth): seconds} measured per tree (`overhead.dp_tree_overheads`).
+    ``baseline_overhead`` (default 0) is the autoregressive decoder's own work per token, added to t(1) in
+    the speedup's numerator (it scales every speedup alike, so it never changes the choice).
+    Ties keep the smaller size, then the smaller depth.
     """
     times = _times(target_profile)
     if 1 not in times:
@@ -137,11 +170,10 @@ def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, 
     max_depth = int(max_depth)
     if max_size < 1 or max_depth < 1:
         raise ValueError("max_size and max_depth must be >= 1")
-    if step_overhead < 0:
-        raise ValueError("step_overhead must be >= 0")
+    overhead = _overhead_of(step_overhead)
     sizes = [n for n in times if n <= max_size]
     table = theory.sequoia_table(acceptance_vector, max(sizes), max_depth)
-    base = times[1]
+    base = _baseline(times, baseline_overhead)
     best = None
     candidates = []
     for n in sizes:
@@ -149,7 +181,7 @@ def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, 
             g = table.expected_tokens(n, d)
             if not math.isfinite(g):
                 continue
-            cost = times[n] + d * c + step_overhead
+            cost = times[n] + d * c + overhead(n, d)
             speedup = g / (cost / base)
             candidates.append((n, d, g, speedup))
             if best is None or speedup > best[3] + 1e-12:
@@ -183,25 +215,36 @@ def predicted_step_seconds(target_profile, draft_cost, size: int, depth: int, st
 
 
 def predicted_speedup(expected_tokens: float, target_profile, draft_cost, size: int, depth: int,
-                      step_overhead: float = 0.0) -> float:
-    """The optimizer's speedup of a tree over autoregressive decoding: G t(1) / (t(size) + depth c (+
-    ``step_overhead``)) (Eq. 1 before maximising; :func:`predicted_step_seconds`)."""
+                      step_overhead: float = 0.0, baseline_overhead: float = 0.0) -> float:
+    """The optimizer's speedup of a tree over autoregressive decoding: G (t(1) (+ ``baseline_overhead``)) /
+    (t(size) + depth c (+ ``step_overhead``)) (Eq. 1 before maximising; :func:`predicted_step_seconds`)."""
     g = float(expected_tokens)
     if not math.isfinite(g) or g < 1:
         raise ValueError(f"expected_tokens must be a finite number >= 1, got {expected_tokens!r}")
     times = _times(target_profile)
     if 1 not in times:
         raise ValueError("the target profile needs size 1 (the autoregressive step t(1))")
-    return g * times[1] / predicted_step_seconds(times, draft_cost, size, depth, step_overhead)
+    return g * _baseline(times, baseline_overhead) / predicted_step_seconds(times, draft_cost, size, depth,
+                                                                            step_overhead)
 
 
 def speedup_from_round_profiles(frame, expected_tokens: float, size: int, depth: int, target: str = "target",
-                                draft: str = "draft") -> float:
+                                draft: str = "draft", step_overhead: str | None = None,
+                                baseline_overhead: str | None = None) -> float:
     """:func:`predicted_speedup` with t(n) and c pooled from per-round profiles in ``frame``'s columns
     (:func:`profile_from_columns` of ``target``; the draft's one-token time of ``draft``): the prediction a
-    rule recomputes from each resample of a timing run's prompts (`verdicts.SpeedupCheck`)."""
+    rule recomputes from each resample of a timing run's prompts (`verdicts.SpeedupCheck`).
+    ``step_overhead`` / ``baseline_overhead``: None (Eq. 1 alone) or the columns holding the tree's and the
+    autoregressive decoder's own seconds per step (`overhead.overhead_column`), pooled by medians."""
+    def median_of(column):
+        if column is None:
+            return 0.0
+        if column not in frame.columns:
+            raise ValueError(f"the frame has no column {column!r}")
+        return float(frame[column].median())
     return predicted_speedup(expected_tokens, profile_from_columns(frame, target),
-                             level_cost(profile_from_columns(frame, draft), 1), size, depth)
+                             level_cost(profile_from_columns(frame, draft), 1), size, depth,
+                             median_of(step_overhead), median_of(baseline_overhead))
 
 
 @dataclass(frozen=True)
