@@ -154,6 +154,19 @@ def test_shape_only_model_and_tree_mask_forward(tiny_model):
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
 
 
+def test_profile_interleaves_the_sizes_round_by_round(tiny_model):
+    """Each round times every size once, so a slow spell of the machine falls on every size alike."""
+    fed = []
+    hook = tiny_model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(
+        (args[0] if args else kwargs["input_ids"]).shape[1]), with_kwargs=True)
+    try:
+        prof = H.profile(tiny_model, [1, 4, 2], prefix_len=8, repeats=3, warmup=1)
+    finally:
+        hook.remove()
+    assert fed == [8] + [1, 4, 2] * 4  # the prefix, then 1 warm-up round and 3 timed rounds
+    assert [len(t) for t in prof["times_s"]] == [3, 3, 3]
+
+
 def test_tiny_profile_and_json_round_trip(tiny_model, tmp_path):
     prof = H.profile(tiny_model, [1, 4], prefix_len=8, repeats=2, warmup=1)
     assert prof["sizes"] == [1, 4] and len(prof["median_s"]) == 2 and len(prof["times_s"][0]) == 2

@@ -2,7 +2,8 @@
 forward-time profiles (`specdec_lib.hardware.profiling`) read as {size: time}.
 
 * :func:`optimize_tree` maximises Speedup(n, d) = G(n, d) / (t(n) + d c) over the profiled sizes and depths
-  (G from Sequoia's DP in :mod:`specdec_lib.theory`); :func:`optimize_chain` picks the best draft length of
+  (G from Sequoia's DP in :mod:`specdec_lib.theory`), optionally with the decoder's own work per step added
+  (`overhead.dp_tree_overheads`, this workbook's extension of Eq. 1); :func:`optimize_chain` picks the best draft length of
   a chain for the token / block / ASpS verifiers from a measured acceptance profile.
 * :func:`profile_times`, :func:`level_cost`, :func:`normalised_times`: the times a profile gives;
   :func:`profile_from_columns` pools per-round profiles (`profiling.round_profile`) stored as frame columns;

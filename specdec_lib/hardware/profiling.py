@@ -199,9 +199,9 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
     [1, 1, n, prefix_len + n] (a chain; only the mask's shape matters for timing), ``position_ids =
     prefix_len + depth`` and the prefix's KV cache, computing all n logit rows, as one
     verification pass does (Sequoia Sec. 3.3.1 / App. docs/methods/sequoia.md §5.4; the authors' profiler uses a
-    128-token prefix). The cache is cropped back to the prefix after every call. ``warmup`` untimed calls,
-    then ``repeats`` timed ones, each bracketed by device synchronisation (``torch.cuda.synchronize`` on
-    CUDA); the summary is the median. The draft's cost per tree level is ``profile(draft, [1])``.
+    128-token prefix). The cache is cropped back to the prefix after every call. ``warmup`` untimed rounds,
+    then ``repeats`` timed ones, a round timing every size once in turn (interleaved), each call bracketed by
+    device synchronisation (``torch.cuda.synchronize`` on CUDA); the summary is the median. The draft's cost per tree level is ``profile(draft, [1])``.
 
     ``threads`` sets ``torch.set_num_threads`` for the measurement (restored afterwards). On a CPU shared
     with other jobs use 1: with more intra-op threads than free cores, OpenMP barriers make forwards up
@@ -276,20 +276,24 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
 @torch.inference_mode()
 def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int], gen: torch.Generator,
                 warmup: int, repeats: int) -> dict[str, list]:
-    """The timings of `profile`: for each n, ``warmup`` untimed then ``repeats`` timed forwards of n random
-    tokens over the prefix's KV cache (cropped back after each), with their median, mean and minimum."""
+    """The timings of `profile`: ``warmup`` untimed then ``repeats`` timed rounds, each round one forward of
+    every size in turn (n random tokens over the prefix's KV cache, cropped back after each), with each size's
+    median, mean and minimum. Sizes are interleaved, not timed one after the other, so a slow spell of a shared
+    machine falls on every size alike instead of bending t(n)/t(1) (session 38: timed one size after the other, a
+    spell made t(4) equal t(8) and moved the optimizer's choice)."""
     param = next(module.parameters())
     device, dtype = param.device, param.dtype
     vocab = int(module.config.vocab_size)
     prefix_len = prefix.shape[1]
-    results = {"sizes": [], "median_s": [], "mean_s": [], "min_s": [], "times_s": []}
     cache = cache_of(module(prefix, use_cache=True))
+    inputs = []
     for n in sizes:
         ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-        mask = _chain_mask(prefix_len, n, dtype, device)
-        positions = torch.arange(prefix_len, prefix_len + n, device=device)[None]
-        times = []
-        for i in range(warmup + repeats):
+        inputs.append((ids, _chain_mask(prefix_len, n, dtype, device),
+                       torch.arange(prefix_len, prefix_len + n, device=device)[None]))
+    times: list[list[float]] = [[] for _ in sizes]
+    for i in range(warmup + repeats):
+        for k, (ids, mask, positions) in enumerate(inputs):
             _sync(device)
             start = time.perf_counter()
             module(ids, attention_mask=mask, position_ids=positions, use_cache=True, **with_cache(module, cache))
@@ -297,13 +301,9 @@ def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int],
             elapsed = time.perf_counter() - start
             _truncate_cache(cache, prefix_len)
             if i >= warmup:
-                times.append(elapsed)
-        results["sizes"].append(n)
-        results["median_s"].append(statistics.median(times))
-        results["mean_s"].append(statistics.fmean(times))
-        results["min_s"].append(min(times))
-        results["times_s"].append(times)
-    return results
+                times[k].append(elapsed)
+    return {"sizes": list(sizes), "median_s": [statistics.median(t) for t in times],
+            "mean_s": [statistics.fmean(t) for t in times], "min_s": [min(t) for t in times], "times_s": times}
 
 
 def _linear_kernel(module: torch.nn.Module) -> str:
