@@ -92,6 +92,9 @@ def test_null_model_is_seeded_small_and_leaves_the_global_random_state_alone():
         H.null_model(1)
     with pytest.raises(ValueError, match="dtype"):
         H.null_model(64, "int8")
+    assert a.device.type == "cpu"
+    with pytest.raises(ValueError, match="device"):
+        H.null_model(64, "float32", device="nowhere")
 
 
 ARMS = {"autoregressive": None, "chain": ("token", "chain:2", "without_replacement"),

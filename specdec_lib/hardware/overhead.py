@@ -41,12 +41,14 @@ NULL_WIDTH = 16
 """Hidden size (and MLP width) of a null model: its forward is the embedding, one tiny layer and the head."""
 
 
-def null_model(vocab_size: int, dtype: torch.dtype | str = "bfloat16", seed: int = 0, max_context: int = 2048):
+def null_model(vocab_size: int, dtype: torch.dtype | str = "bfloat16", seed: int = 0, max_context: int = 2048,
+               device: torch.device | str = "cpu"):
     """A `LanguageModel` of one Llama layer of width `NULL_WIDTH` over ``vocab_size`` tokens, random weights,
-    no tokenizer: a model whose forward costs almost nothing, for timing the decoder's own work."""
+    no tokenizer, on ``device`` (the real target's, so its rows are processed where the decoder processes
+    them): a model whose forward costs almost nothing, for timing the decoder's own work."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ..models.hf import LanguageModel, resolve_dtype
+    from ..models.hf import LanguageModel, resolve_device, resolve_dtype
 
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
@@ -58,7 +60,7 @@ def null_model(vocab_size: int, dtype: torch.dtype | str = "bfloat16", seed: int
                          max_position_embeddings=max_context, tie_word_embeddings=True)
     with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
         torch.manual_seed(seed)
-        module = LlamaForCausalLM(config).to(torch_dtype).eval()
+        module = LlamaForCausalLM(config).to(device=resolve_device(device), dtype=torch_dtype).eval()
     return LanguageModel(module, None, f"null-{vocab_size}-seed{seed}")
 
 
@@ -74,7 +76,8 @@ def _arm_tree(arm, temperature: float) -> tuple[int, int] | None:
 
 def decoder_overhead(vocab_size: int, arms: Mapping[Hashable, tuple | None], temperature: float = 1.0,
                      dtype: torch.dtype | str = "bfloat16", prompt_len: int = 128, tokens: int = 24,
-                     repeats: int = 3, seed: int = 0, progress: bool = True) -> dict[Hashable, float]:
+                     repeats: int = 3, seed: int = 0, progress: bool = True,
+                     device: torch.device | str = "cpu") -> dict[Hashable, float]:
     """Seconds per step the decoder spends outside the models' forwards, for each arm (module docstring).
 
     ``arms``: name -> None (autoregressive) or (verifier, shape, sampling), as `experiments.interleaved_timing`
@@ -82,14 +85,16 @@ def decoder_overhead(vocab_size: int, arms: Mapping[Hashable, tuple | None], tem
     pair ``repeats`` times (after one untimed run of the first arm); its overhead is the median seconds per step
     (the whole call over its steps: sessions, drafting, scoring, verification, commits) minus the null models'
     own forwards in a step: t_null(n) for the target's n nodes and, per drafted level, the null draft's
-    one-token forward (Eq. 1's accounting of a level), floored at 0."""
+    one-token forward (Eq. 1's accounting of a level), floored at 0. ``device``: where the null pair runs (the
+    real target's device)."""
     if not isinstance(arms, Mapping) or not arms:
         raise ValueError(f"arms must be a non-empty mapping name -> arm, got {arms!r}")
     for name, value in (("prompt_len", prompt_len), ("tokens", tokens), ("repeats", repeats)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     trees = {name: _arm_tree(arm, float(temperature)) for name, arm in arms.items()}
-    target, draft = null_model(vocab_size, dtype, seed), null_model(vocab_size, dtype, seed + 1)
+    target = null_model(vocab_size, dtype, seed, device=device)
+    draft = null_model(vocab_size, dtype, seed + 1, device=device)
     sizes = sorted({1} | {t[0] for t in trees.values() if t is not None})
     t_null = dict(zip(sizes, profile(target, sizes, prefix_len=prompt_len, repeats=5, warmup=1)["median_s"]))
     c_null = profile(draft, [1], prefix_len=prompt_len, repeats=5, warmup=1)["median_s"][0]
@@ -144,11 +149,12 @@ def overhead_column(arm: str) -> str:
 
 
 def round_decoder_overhead(vocab_size: int, arms: Mapping[str, tuple | None], temperature: float = 1.0,
-                           dtype: torch.dtype | str = "bfloat16", tokens: int = 32, repeats: int = 1) -> dict[str, float]:
+                           dtype: torch.dtype | str = "bfloat16", tokens: int = 32, repeats: int = 1,
+                           device: torch.device | str = "cpu") -> dict[str, float]:
     """:func:`decoder_overhead` of every arm as {`overhead_column(arm)`: seconds}, short (one run of ``tokens``
     tokens per arm by default, no progress bar): for `experiments.interleaved_timing`'s ``round_inputs``, beside
     `profiling.round_profile`, so the overhead is measured again in the same spells of the machine as the
     timings it predicts."""
     measured = decoder_overhead(vocab_size, arms, temperature, dtype=dtype, tokens=tokens, repeats=repeats,
-                                progress=False)
+                                progress=False, device=device)
     return {overhead_column(arm): seconds for arm, seconds in measured.items()}
