@@ -84,8 +84,9 @@ def decoder_overhead(vocab_size: int, arms: Mapping[Hashable, tuple | None], tem
     takes them. Each arm decodes ``tokens`` tokens after a random prompt of ``prompt_len`` tokens with the null
     pair ``repeats`` times (after one untimed run of the first arm); its overhead is the median seconds per step
     (the whole call over its steps: sessions, drafting, scoring, verification, commits) minus the null models'
-    own forwards in a step: t_null(n) for the target's n nodes and, per drafted level, the null draft's
-    one-token forward (Eq. 1's accounting of a level), floored at 0. ``device``: where the null pair runs (the
+    own forwards in a step: t_null(n) for the target's n nodes and the null draft's one-token forward for each
+    draft forward the decoder runs (one per level that has children; Eq. 1 prices a level at one token), floored
+    at 0. ``device``: where the null pair runs (the
     real target's device)."""
     if not isinstance(arms, Mapping) or not arms:
         raise ValueError(f"arms must be a non-empty mapping name -> arm, got {arms!r}")
