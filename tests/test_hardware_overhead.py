@@ -57,6 +57,10 @@ def test_bad_overheads_are_value_errors_naming_them():
         H.optimize_tree(VECTOR, TARGET, DRAFT, max_size=8, max_depth=8, baseline_overhead=-1.0)
     with pytest.raises(ValueError, match="baseline_overhead"):
         H.predicted_speedup(2.0, TARGET, DRAFT, 4, 2, baseline_overhead=float("inf"))
+    with pytest.raises(ValueError, match="step_overhead"):
+        H.predicted_step_seconds(TARGET, DRAFT, 4, 2, step_overhead=float("nan"))
+    with pytest.raises(ValueError, match="step_overhead"):
+        H.optimize_chain(0.8, TARGET, DRAFT, "token", max_length=4, step_overhead=-0.01)
 
 
 def test_predicted_speedup_adds_both_overheads():
@@ -106,8 +110,10 @@ def test_decoder_overhead_gives_every_arm_a_finite_cost():
                              progress=False)
     assert set(got) == set(ARMS)
     assert all(0.0 <= v < 10.0 for v in got.values())
+    built = DO._null_pair.cache_info().misses
     columns = H.round_decoder_overhead(64, ARMS, 0.8, "float32", tokens=4)
     assert set(columns) == {H.overhead_column(a) for a in ARMS}
+    assert DO._null_pair.cache_info().misses == built  # the null pair of these settings is built once
 
 
 def _fixed_forwards(seconds):

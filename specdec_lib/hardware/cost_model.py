@@ -115,32 +115,36 @@ def _draft_cost(draft_cost) -> float:
     return value
 
 
+def _extra_seconds(name: str, value) -> float:
+    """An added cost (an overhead), checked: a finite number >= 0, else a ValueError naming ``name``."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
+    if not math.isfinite(out) or out < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return out
+
+
 def _overhead_of(step_overhead) -> Callable[[int, int], float]:
     """``optimize_tree``'s ``step_overhead`` as a function of (size, depth): a number for every tree, or a
     mapping {(size, depth): seconds} (`overhead.dp_tree_overheads`)."""
     if isinstance(step_overhead, Mapping):
-        table = {(int(n), int(d)): float(v) for (n, d), v in step_overhead.items()}
-        for key, value in table.items():
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"step_overhead{key} must be finite and >= 0, got {value}")
+        table = {(int(n), int(d)): _extra_seconds(f"step_overhead{(n, d)}", v)
+                 for (n, d), v in step_overhead.items()}
 
         def lookup(n: int, d: int) -> float:
             if (n, d) not in table:
                 raise ValueError(f"step_overhead has no entry for the tree (size {n}, depth {d})")
             return table[(n, d)]
         return lookup
-    value = float(step_overhead)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"step_overhead must be finite and >= 0, got {step_overhead!r}")
+    value = _extra_seconds("step_overhead", step_overhead)
     return lambda n, d: value
 
 
 def _baseline(times: dict[int, float], baseline_overhead: float) -> float:
     """t(1) plus the autoregressive decoder's own seconds per token: the step a speedup is counted against."""
-    value = float(baseline_overhead)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"baseline_overhead must be finite and >= 0, got {baseline_overhead!r}")
-    return times[1] + value
+    return times[1] + _extra_seconds("baseline_overhead", baseline_overhead)
 
 
 def optimize_tree(acceptance_vector, target_profile, draft_cost, max_size: int, max_depth: int,
@@ -210,9 +214,7 @@ def predicted_step_seconds(target_profile, draft_cost, size: int, depth: int, st
         raise ValueError(f"size {size} was not profiled; profiled sizes: {sorted(times)}")
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= size:
         raise ValueError(f"depth must be an int in [1, size], got {depth!r}")
-    if step_overhead < 0:
-        raise ValueError("step_overhead must be >= 0")
-    return times[size] + depth * _draft_cost(draft_cost) + step_overhead
+    return times[size] + depth * _draft_cost(draft_cost) + _extra_seconds("step_overhead", step_overhead)
 
 
 def predicted_speedup(expected_tokens: float, target_profile, draft_cost, size: int, depth: int,
@@ -308,6 +310,7 @@ def optimize_chain(acceptance_profile, target_profile, draft_cost, verifier: str
     if 1 not in times:
         raise ValueError("the target profile needs size 1 (t(n) is normalised by t(1))")
     c = _draft_cost(draft_cost)
+    overhead = _extra_seconds("step_overhead", step_overhead)
     max_length = int(max_length)
     if max_length < 1:
         raise ValueError("max_length must be >= 1")
@@ -336,7 +339,7 @@ def optimize_chain(acceptance_profile, target_profile, draft_cost, verifier: str
         if t is None:
             continue
         t_value, interpolated = t
-        cost = t_value + (gamma + extra_draft_passes) * c + step_overhead
+        cost = t_value + (gamma + extra_draft_passes) * c + overhead
         speedup = expected[gamma] / (cost / base)
         candidates.append((gamma, expected[gamma], speedup))
         if best is None or speedup > best[2] + 1e-12:

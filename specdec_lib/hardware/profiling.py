@@ -201,7 +201,8 @@ def profile(model, sizes: Sequence[int], prefix_len: int = 128, repeats: int = 2
     verification pass does (Sequoia Sec. 3.3.1 / App. docs/methods/sequoia.md §5.4; the authors' profiler uses a
     128-token prefix). The cache is cropped back to the prefix after every call. ``warmup`` untimed rounds,
     then ``repeats`` timed ones, a round timing every size once in turn (interleaved), each call bracketed by
-    device synchronisation (``torch.cuda.synchronize`` on CUDA); the summary is the median. The draft's cost per tree level is ``profile(draft, [1])``.
+    device synchronisation (``torch.cuda.synchronize`` on CUDA); the summary is the median. The draft's cost
+    per tree level is ``profile(draft, [1])``.
 
     ``threads`` sets ``torch.set_num_threads`` for the measurement (restored afterwards). On a CPU shared
     with other jobs use 1: with more intra-op threads than free cores, OpenMP barriers make forwards up
