@@ -10,7 +10,7 @@ Examples::
     python -m specdec_lib index                           # rebuild reports/index.html from claims/*.json
     python -m specdec_lib seed-check -n 02_traversal --run-dir reports/custom --purpose "..."
                                                           # a run under -p seeds '[1]' -> data/results/seed_checks/
-    python -m specdec_lib bench --help                    # timing benchmark (specdec_lib.benchmark)
+    python -m specdec_lib bench --help                    # timing benchmark (specdec_lib.experiments.benchmark)
 
 ``-p NAME VALUE`` overrides a name of the notebooks' ``parameters`` cell; an unknown name, ``profile``
 (use ``--profile``) or a malformed value is an error before anything runs. Values of text parameters
@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import reports
-from .seed_checks import SEED_CHECKS_DIR, record_seed_check
+from .reporting import reproduce as reports
+from .reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
 TEXT_PARAMETERS = frozenset({"target_model", "draft_model", "device", "dtype", "split"})
@@ -171,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="record only the claims containing TEXT (repeatable; default: every claim)")
     chk.add_argument("--out-dir", type=Path, default=SEED_CHECKS_DIR, help="default: data/results/seed_checks/")
 
-    sub.add_parser("bench", help="timing benchmark of the decoders (specdec_lib.benchmark); every argument "
+    sub.add_parser("bench", help="timing benchmark of the decoders (specdec_lib.experiments.benchmark); every argument "
                    "after 'bench' goes to it", add_help=False)
     return parser
 
@@ -220,18 +220,18 @@ def _seed_check(args: argparse.Namespace) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    """``specdec bench ARGS``: `specdec_lib.benchmark.main(ARGS)` (imported lazily: `reproduce` never needs it)."""
+    """``specdec bench ARGS``: `specdec_lib.experiments.benchmark.main(ARGS)` (imported lazily: `reproduce` never needs it)."""
     import importlib
 
     try:
-        benchmark = importlib.import_module("specdec_lib.benchmark")
+        benchmark = importlib.import_module("specdec_lib.experiments.benchmark")
     except ModuleNotFoundError as exc:
-        if exc.name != "specdec_lib.benchmark":
+        if exc.name != "specdec_lib.experiments.benchmark":
             raise
-        print("error: specdec_lib.benchmark is not available in this installation", file=sys.stderr)
+        print("error: specdec_lib.experiments.benchmark is not available in this installation", file=sys.stderr)
         return 2
     if not callable(getattr(benchmark, "main", None)):
-        print("error: specdec_lib.benchmark has no main(argv) entry point", file=sys.stderr)
+        print("error: specdec_lib.experiments.benchmark has no main(argv) entry point", file=sys.stderr)
         return 2
     return int(benchmark.main(argv) or 0)
 

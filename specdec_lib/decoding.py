@@ -105,7 +105,7 @@ def check_pair(target, draft) -> None:
 
 def paired_sessions(target, draft, prompt: list[int]):
     """The target's and the draft's sessions for one generation. A draft that reads the target's
-    features (``draft.paired_sessions``, e.g. `eagle.session.FeatureDraftLM`) builds both, so the
+    features (``draft.paired_sessions``, e.g. `models.feature.FeatureDraftLM`) builds both, so the
     target's verification pass hands its features to the draft."""
     if hasattr(draft, "paired_sessions"):
         return draft.paired_sessions(target, prompt)

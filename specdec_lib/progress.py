@@ -3,7 +3,7 @@
 * `tqdm` -- the library's progress bar: ``tqdm.auto`` (an ipywidgets bar in JupyterLab, text in a terminal),
   or a disabled bar when `enabled` says no. Every bar of the library goes through it.
 * `enabled` -- False when ``$SPECDEC_PROGRESS`` is ``0`` or ``$TQDM_DISABLE`` is set: the report runner
-  (`specdec_lib.reports.run_notebook`) sets both in the notebook kernel's environment, so nothing is drawn on
+  (`specdec_lib.reporting.reproduce.run_notebook`) sets both in the notebook kernel's environment, so nothing is drawn on
   the kernel's stderr and the HTML reports carry no progress-bar debris.
 * `quiet_loading` -- a context for model loading: transformers' "Loading weights" bars (and the Hub's
   download bars) are switched off for its duration (a one-shot bar over the checkpoint's tensors says
@@ -16,7 +16,7 @@
   is imported.
 
 Only known-harmless output is silenced here; anything else a notebook writes to stderr under the runner is
-moved out of the report into ``logs/<notebook>.stderr.txt`` and counted in the index (`specdec_lib.reports`).
+moved out of the report into ``logs/<notebook>.stderr.txt`` and counted in the index (`specdec_lib.reporting.reproduce`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from specdec_lib import cli, reports, results
+from specdec_lib import cli
+from specdec_lib.reporting import reproduce as reports
+from specdec_lib.reporting import results
 
 BODY = """
 from specdec_lib import results
@@ -86,9 +88,9 @@ def test_bench_passes_arguments_through(monkeypatch):
     import types
 
     seen = {}
-    fake = types.ModuleType("specdec_lib.benchmark")
+    fake = types.ModuleType("specdec_lib.experiments.benchmark")
     fake.main = lambda argv: seen.setdefault("argv", argv) and 0
-    monkeypatch.setitem(sys.modules, "specdec_lib.benchmark", fake)
+    monkeypatch.setitem(sys.modules, "specdec_lib.experiments.benchmark", fake)
     assert cli.main(["bench", "--verifier", "block", "-n", "3"]) == 0
     assert seen["argv"] == ["--verifier", "block", "-n", "3"]
 

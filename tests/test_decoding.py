@@ -465,7 +465,7 @@ def test_lossless_harness_rejects_a_broken_verifier(e2e, monkeypatch):
 # ----- benchmark (smoke test: one prompt, a few tokens) -------------------------------------------------
 
 def test_benchmark_smoke(target, draft2, tmp_path):
-    from specdec_lib.benchmark import DEFAULT_METHODS, _parse_method, measure_acceptance_vector, run_benchmark
+    from specdec_lib.experiments.benchmark import DEFAULT_METHODS, _parse_method, measure_acceptance_vector, run_benchmark
     from specdec_lib.data import load_prompts
 
     assert [_parse_method(m)["name"] for m in DEFAULT_METHODS] == list(DEFAULT_METHODS)
@@ -499,7 +499,7 @@ def test_benchmark_smoke(target, draft2, tmp_path):
 @pytest.mark.parametrize("draft_tokens", [1, 3])
 def test_hf_assisted_fixed_chain_drafts_that_many_tokens(target, draft2, draft_tokens):
     """'hf_assisted/chain:k' makes HF draft exactly k tokens per target forward, then restores HF's settings."""
-    from specdec_lib.benchmark import _hf_assisted, _parse_method
+    from specdec_lib.experiments.benchmark import _hf_assisted, _parse_method
 
     assert _parse_method(f"hf_assisted/chain:{draft_tokens}")["draft_tokens"] == draft_tokens
     with pytest.raises(ValueError, match="chains only"):
@@ -521,7 +521,7 @@ def test_hf_assisted_fixed_chain_drafts_that_many_tokens(target, draft2, draft_t
 
 def test_bench_main_autoregressive_only(tmp_path, capsys):
     """The `specdec bench` entry point; autoregressive-only runs never load a draft."""
-    from specdec_lib import benchmark
+    from specdec_lib.experiments import benchmark
 
     out = tmp_path / "b.json"
     assert benchmark.main(["--num-prompts", "1", "--max-new-tokens", "2", "--methods", "autoregressive",

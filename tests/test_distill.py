@@ -1,4 +1,4 @@
-"""Tests of specdec_lib.distill on a tiny random Llama (fast; the real target is not needed)."""
+"""Tests of specdec_lib.training.distill on a tiny random Llama (fast; the real target is not needed)."""
 
 import json
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from specdec_lib import distill as D
-from specdec_lib.distill.export import _RoundedWeights
-from specdec_lib.distill.loss import _rows
+from specdec_lib.training import distill as D
+from specdec_lib.training.distill.export import _RoundedWeights
+from specdec_lib.training.distill.loss import _rows
 
 VOCAB = 48
 

@@ -1,4 +1,4 @@
-"""The feature draft (`specdec_lib.eagle`): training levels equal inference, sessions, export, loss.
+"""The feature draft (`specdec_lib.training.feature`): training levels equal inference, sessions, export, loss.
 
 Tiny random Llama models stand in for the pair (milliseconds per forward); the exact toy proof of
 the protocol is in test_feature_draft_exact.py, the real pair's chi-square below.
@@ -11,12 +11,11 @@ import torch
 
 from specdec_lib.data import load_prompts
 from specdec_lib.decoding import speculative_generate
-from specdec_lib.distill import full_kl, tiny_llama
-from specdec_lib.eagle.data import FeatureSample
-from specdec_lib.eagle.model import (FeatureDraft, export_feature_draft, grow_feature_draft, load_feature_draft,
-                                    num_layers_of)
-from specdec_lib.eagle.session import FeatureDraftLM
-from specdec_lib.eagle.train import draft_levels, level_mask, pack, subset_topk_kl
+from specdec_lib.training.distill import full_kl, tiny_llama
+from specdec_lib.training.feature.data import FeatureSample
+from specdec_lib.models.feature_net import FeatureDraft, export_feature_draft, grow_feature_draft, load_feature_draft, num_layers_of
+from specdec_lib.models.feature import FeatureDraftLM
+from specdec_lib.training.feature.train import draft_levels, level_mask, pack, subset_topk_kl
 from specdec_lib.exact import chi_square_pvalue
 from specdec_lib.models.hf import LanguageModel
 from specdec_lib.models.offline import build_student
@@ -205,7 +204,7 @@ def test_real_pair_is_lossless_at_temperature_one(target):
 
 def test_per_prompt_acceptance_and_paired_frame():
     from specdec_lib import verdicts as V
-    from specdec_lib.eagle import evaluate as EV
+    from specdec_lib.training.feature import evaluate as EV
 
     sums = torch.tensor([[[1.0, 0.5], [0.8, 0.4]], [[3.0, 1.0], [2.0, 1.0]]], dtype=torch.float64)  # [S, D, T]
     counts = torch.tensor([[2, 2], [4, 4]])
@@ -223,50 +222,12 @@ def test_per_prompt_acceptance_and_paired_frame():
         EV.paired_prompt_frame({"evaluation": {}})
 
 
-def test_early_exit_probe_reads_the_full_target_as_itself():
-    from specdec_lib.eagle.probes import early_exit_acceptance
-
-    model = tiny_llama(vocab_size=VOCAB, layers=3, hidden=32, seed=4)
-    gen = torch.Generator().manual_seed(0)
-    seqs = [(torch.randint(0, VOCAB, (12,), generator=gen), 5), (torch.randint(0, VOCAB, (9,), generator=gen), 3)]
-    out = early_exit_acceptance(model, seqs, [1, 2, 3])
-    assert out["positions"] == (12 - 5) + (9 - 3)
-    assert out["acceptance"][3] == pytest.approx(1.0, abs=1e-6)
-    assert all(0.0 <= v <= 1.0 + 1e-6 for v in out["acceptance"].values()) and out["target_entropy"] > 0
-    with pytest.raises(ValueError, match="layers"):
-        early_exit_acceptance(model, seqs, [4])
-    with pytest.raises(ValueError, match="prompt_len"):
-        early_exit_acceptance(model, [(seqs[0][0], 12)], [1])
 
 
-def test_layer_skip_probe_keeping_a_prefix_is_the_early_exit_and_restores_the_model():
-    """Keeping layers 0..k-1 is the early exit at k (an independent computation: hidden state k, norm, head);
-    keeping every layer is the target itself; the model is whole again afterwards."""
-    from specdec_lib.eagle.probes import early_exit_acceptance, layer_skip_acceptance, skip_patterns
-
-    model = tiny_llama(vocab_size=VOCAB, layers=3, hidden=32, seed=4)
-    gen = torch.Generator().manual_seed(0)
-    seqs = [(torch.randint(0, VOCAB, (12,), generator=gen), 5), (torch.randint(0, VOCAB, (9,), generator=gen), 3)]
-    before = model(seqs[0][0][None]).logits
-    out = layer_skip_acceptance(model, seqs, {"first 1": [0], "first 2": [0, 1], "all": [0, 1, 2], "skip 1": [0, 2]}, 0.8)
-    exits = early_exit_acceptance(model, seqs, [1, 2], 0.8)["acceptance"]
-    assert out["acceptance"]["first 1"] == pytest.approx(exits[1], abs=1e-6)
-    assert out["acceptance"]["first 2"] == pytest.approx(exits[2], abs=1e-6)
-    assert out["acceptance"]["all"] == pytest.approx(1.0, abs=1e-6) and out["acceptance"]["skip 1"] < 1 - 1e-3
-    assert out["layers"] == {"first 1": 1, "first 2": 2, "all": 3, "skip 1": 2} and out["positions"] == 13
-    assert len(model.model.layers) == 3 and torch.equal(model(seqs[0][0][None]).logits, before)
-    for bad in ([2, 0], [3], [], [0, 0]):
-        with pytest.raises(ValueError, match="kept"):
-            layer_skip_acceptance(model, seqs, {"bad": bad})
-    patterns = skip_patterns(30)
-    assert patterns["skip 2..4"] == [0, 1] + list(range(5, 30))
-    assert all(keep[-2:] == [28, 29] and len(keep) < 30 for keep in patterns.values())
-    with pytest.raises(ValueError, match="num_layers"):
-        skip_patterns(3)
 
 
 def test_training_summary_and_loss_frame_read_both_record_kinds():
-    from specdec_lib.eagle.evaluate import online_loss_frame, training_summary
+    from specdec_lib.training.feature.evaluate import online_loss_frame, training_summary
 
     cpu = {"step": 10, "minutes": 2.0, "data": {"tokens": 1234, "minutes": 1.5}}
     fwd = {"draft_ms": 1.0, "target_ms": 10.0, "ratio": 0.1}
@@ -291,7 +252,7 @@ def test_training_summary_and_loss_frame_read_both_record_kinds():
 def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_path):
     import json
 
-    from specdec_lib.eagle.evaluate import _online_training
+    from specdec_lib.training.feature.evaluate import _online_training
 
     (tmp_path / "online_summary.json").write_text(json.dumps({
         "totals": {"minutes": 2.0, "sampled_tokens": 900, "steps": {"d": 5, "e": 5}}, "device": "GPU X",
@@ -315,36 +276,6 @@ def test_online_training_record_reads_its_run_and_the_draft_it_started_from(tmp_
     assert _online_training(tmp_path / "e.safetensors")["head"] == "full"
 
 
-def test_head_vocabulary_probe_compares_the_sub_vocabulary_head_with_the_full_one(tmp_path):
-    """A head vocabulary of every token is the full head (equal acceptance, no mass outside: the control); half the
-    vocabulary puts the target's mass outside it, as computed by hand, and scores both heads on the same positions."""
-    from specdec_lib.eagle.probes import head_vocabulary_acceptance
-
-    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
-    draft = FeatureDraft(build_student(target, 1))
-    gen = torch.Generator().manual_seed(2)
-    samples = [FeatureSample(t, n, torch.zeros(len(t) - 1, 1), torch.zeros(len(t) - 1, 1, dtype=torch.long),
-                             torch.zeros(len(t) - 1, 1))
-               for t, n in [(torch.randint(0, VOCAB, (10,), generator=gen), 4), (torch.randint(0, VOCAB, (8,), generator=gen), 3)]]
-    export_feature_draft(draft, tmp_path / "all", {}, head_vocab=torch.arange(VOCAB))
-    every = head_vocabulary_acceptance(target, samples, tmp_path / "all", depth=2)
-    assert every["head_size"] == every["vocab_size"] == VOCAB and every["positions"] == (10 - 4) + (8 - 3)
-    assert every["acceptance"]["subset"] == pytest.approx(every["acceptance"]["full"], abs=1e-4)
-    assert every["target_mass_outside"] == pytest.approx(0.0, abs=1e-6)
-    half = torch.arange(0, VOCAB, 2)
-    export_feature_draft(draft, tmp_path / "half", {}, head_vocab=half)
-    out = head_vocabulary_acceptance(target, samples, tmp_path / "half", depth=2)
-    with torch.no_grad():
-        mass = [1 - torch.softmax(target(s.tokens[None]).logits[0, s.prompt_len - 1:-1].float(), -1)[:, half].sum(-1)
-                for s in samples]
-    assert out["target_mass_outside"] == pytest.approx(float(torch.cat(mass).mean()), abs=1e-5)
-    assert out["acceptance"]["full"] == pytest.approx(every["acceptance"]["full"], abs=1e-4)
-    assert out["acceptance"]["subset"][0] < out["acceptance"]["full"][0]
-    with pytest.raises(ValueError, match="depth"):
-        head_vocabulary_acceptance(target, samples, tmp_path / "half", depth=0)
-    export_feature_draft(draft, tmp_path / "none", {})
-    with pytest.raises(ValueError, match="no head vocabulary"):
-        head_vocabulary_acceptance(target, samples, tmp_path / "none")
 
 
 def test_an_export_without_a_head_vocabulary_loads_with_the_full_head(tmp_path):
@@ -359,52 +290,5 @@ def test_an_export_without_a_head_vocabulary_loads_with_the_full_head(tmp_path):
     assert getattr(load_feature_draft(target, tmp_path).student.get_output_embeddings(), "vocab_ids", None) is None
 
 
-def test_prompt_set_probe_scores_every_draft_on_every_set(tmp_path):
-    """Each (set, draft) cell is `online.depth_acceptance` of that draft on that set's samples; the same draft
-    exported twice scores the same everywhere (the control), a different one does not; bad input is a ValueError."""
-    from specdec_lib.eagle.online import depth_acceptance
-    from specdec_lib.eagle.probes import prompt_set_acceptance
-
-    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
-    draft = FeatureDraft(build_student(target, 1))
-    export_feature_draft(draft, tmp_path / "a", {})
-    export_feature_draft(draft, tmp_path / "b", {})
-    with torch.no_grad():
-        draft.inject.weight.normal_(0.0, 0.5)
-    export_feature_draft(draft, tmp_path / "c", {})
-    gen = torch.Generator().manual_seed(4)
-
-    def seqs(*shapes):
-        return [FeatureSample(t, n, torch.zeros(len(t) - 1, 1), torch.zeros(len(t) - 1, 1, dtype=torch.long),
-                              torch.zeros(len(t) - 1, 1))
-                for t, n in [(torch.randint(0, VOCAB, (length,), generator=gen), n) for length, n in shapes]]
-
-    samples = {"x": seqs((10, 4), (8, 3)), "y": seqs((9, 2))}
-    dirs = {name: tmp_path / name for name in "abc"}
-    out = prompt_set_acceptance(target, samples, dirs, depth=2)
-    assert out["positions"] == {"x": 6 + 5, "y": 7}
-    for name, seq in samples.items():
-        cell = out["acceptance"][name]
-        assert cell["a"] == cell["b"] == depth_acceptance(load_feature_draft(target, tmp_path / "a"), target, seq, 2)
-        assert cell["c"] != cell["a"] and len(cell["c"]) == 2
-    with pytest.raises(ValueError, match="depth"):
-        prompt_set_acceptance(target, samples, dirs, depth=0)
-    with pytest.raises(ValueError, match="directories"):
-        prompt_set_acceptance(target, samples, {})
-    with pytest.raises(ValueError, match="empty: \\['y'\\]"):
-        prompt_set_acceptance(target, {"x": samples["x"], "y": []}, dirs)
 
 
-def test_prompt_sets_are_13_per_category_prompts_each_from_their_own_source():
-    from specdec_lib.distill import seed_instructions
-    from specdec_lib.eagle.probes import prompt_sets
-
-    sets = prompt_sets(1, seeds=500)
-    assert {k: len(v) for k, v in sets.items()} == {"heldout": 13, "train": 13, "self_made": 13}
-    assert sets["heldout"] == [p.text for p in load_prompts("heldout", per_category=1)]
-    assert sets["train"] == [p.text for p in load_prompts("train", per_category=1)]
-    assert set(sets["self_made"]) <= set(seed_instructions(500, seed=0))
-    assert not set(sets["self_made"]) & set(sets["heldout"])
-    for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="per_category"):
-            prompt_sets(bad)

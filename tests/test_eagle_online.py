@@ -1,4 +1,4 @@
-"""Online training of the feature draft (`specdec_lib.eagle.online`): the batched levels are the drafted
+"""Online training of the feature draft (`specdec_lib.training.feature.online`): the batched levels are the drafted
 chain, the loss is the KL on exact rows, sampling keeps prompts and cuts at EOS, a run trains and saves.
 
 Tiny random Llama models stand in for the pair (milliseconds per forward)."""
@@ -7,13 +7,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specdec_lib.distill import full_kl, tiny_llama
-from specdec_lib.eagle.data import FeatureSample
-from specdec_lib.eagle.model import FeatureDraft
-from specdec_lib.eagle.online import (DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations,
-                                     own_head, sub_vocab_kl, sub_vocab_rejection, target_features, train_online,
-                                     with_head)
-from specdec_lib.eagle.train import draft_levels, pack
+from specdec_lib.training.distill import full_kl, tiny_llama
+from specdec_lib.training.feature.data import FeatureSample
+from specdec_lib.models.feature_net import FeatureDraft
+from specdec_lib.training.feature.online import DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations, own_head, sub_vocab_kl, sub_vocab_rejection, target_features, train_online, with_head
+from specdec_lib.training.feature.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
 
@@ -69,7 +67,7 @@ def test_sub_vocab_kl_is_the_full_kl_over_the_whole_vocabulary_and_a_lower_bound
 
 
 def test_sub_vocab_rejection_is_one_minus_the_acceptance_of_token_verification():
-    from specdec_lib.regime import acceptance
+    from specdec_lib.experiments.regime import acceptance
     from specdec_lib.theory import total_variation
 
     gen = torch.Generator().manual_seed(1)
@@ -173,7 +171,7 @@ def test_a_bfloat16_sampler_chooses_the_contexts_while_the_float32_target_gives_
 
 
 def test_the_buffer_keeps_the_newest_batches_within_its_token_budget():
-    from specdec_lib.eagle.online import _keep_recent
+    from specdec_lib.training.feature.online import _keep_recent
 
     batches = [Rollouts(torch.zeros(2, n, dtype=torch.long), torch.tensor([n, n]), torch.tensor([1, 1]))
                for n in (5, 6, 7)]

@@ -1,7 +1,7 @@
 """The feature-draft protocol is lossless: exact laws on a toy pair whose draft reads the target's state.
 
 `FeatureToyDraft` rows depend on where a tree is rooted (true target feature before the root, own
-predicted features below it), as in `specdec_lib.eagle.session`. Every verifier must give the
+predicted features below it), as in `specdec_lib.models.feature`. Every verifier must give the
 target's law over several steps; a control that verifies with rows other than those the children
 were drawn from (the rows of a re-rooted draft: "true features everywhere") must fail.
 """

@@ -1,10 +1,10 @@
-"""The expanded percentile interval (specdec_lib.intervals): its tails, its coverage with few clusters
+"""The expanded percentile interval (specdec_lib.verdicts.intervals): its tails, its coverage with few clusters
 against the plain percentile interval it replaces, and its input checks."""
 
 import numpy as np
 import pytest
 
-from specdec_lib.intervals import expanded_tail, few_units, percentile_interval
+from specdec_lib.verdicts.intervals import expanded_tail, few_units, percentile_interval
 
 
 def _coverage(n_units: int, expanded: bool, sims: int = 1000, n_boot: int = 1000, seed: int = 0,

@@ -2,7 +2,7 @@
 
 import torch
 
-from specdec_lib.memory import release_freed_memory
+from specdec_lib.experiments.memory import release_freed_memory
 
 
 def test_release_keeps_live_tensors_and_answers_a_bool():

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from specdec_lib import exact, node_rao_blackwell as NRB
+from specdec_lib import exact
+from specdec_lib.theory import node_rao_blackwell as NRB
 from specdec_lib.drafting import context_draft_fn, context_target_fn, draw_tree
 from specdec_lib.models.synthetic import random_markov_pair
 from specdec_lib.verifiers import expected_tokens
@@ -214,7 +215,7 @@ def test_one_child_acceptance_is_one_minus_tv_under_every_scheme(sampling):
     """A node with one child accepts it with probability sum_x min(p_x, q_x) whatever the scheme: the closed form
     `expected_node_acceptance` takes for k = 1 equals the general paths (exact positional law, i.i.d. formula)."""
     from specdec_lib.theory import positional_acceptance
-    from specdec_lib.traversal_identity import first_level_acceptance_iid
+    from specdec_lib.theory.traversal_identity import first_level_acceptance_iid
     g = torch.Generator().manual_seed(5)
     p, q = torch.rand(300, generator=g, dtype=torch.float64) ** 3, torch.rand(300, generator=g, dtype=torch.float64) ** 3
     value = NRB.expected_node_acceptance(p, q, 1, sampling)

@@ -12,8 +12,8 @@ import re
 import nbformat
 import pytest
 
-from specdec_lib import reports
-from specdec_lib.results import VERDICTS
+from specdec_lib.reporting import reproduce as reports
+from specdec_lib.reporting.results import VERDICTS
 
 NOTEBOOKS = reports.list_notebooks()
 

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_lib.optimal_multidraft import (brute_force_lp_acceptance, exhaustive_acceptance,
-                                            optimal_acceptance)
-from specdec_lib.traversal_identity import first_level_acceptance
+from specdec_lib.theory.optimal_multidraft import brute_force_lp_acceptance, exhaustive_acceptance, optimal_acceptance
+from specdec_lib.theory.traversal_identity import first_level_acceptance
 
 
 def _pair(vocab: int, seed: int, zeros: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +116,7 @@ def test_bad_input_names_the_argument(args, match):
 
 
 def test_rows_version_matches_row_by_row():
-    from specdec_lib.optimal_multidraft import optimal_acceptance_rows
+    from specdec_lib.theory.optimal_multidraft import optimal_acceptance_rows
 
     pairs = [_pair(6, s) for s in range(3)]
     P = torch.tensor(np.stack([a for a, _ in pairs]))
@@ -180,7 +179,7 @@ def _first_level_by_enumeration(verifier: str, p: np.ndarray, q: np.ndarray, k: 
     replacement for ``without_replacement`` and ``race`` stars: the first k arrivals of an exponential race
     are a Gumbel-top-k sample, whose ordered law is sequential sampling without replacement), weighted by
     its probability, times the exact probability that the verifier's path ends below the root."""
-    from specdec_lib.optimal_multidraft import draft_tuples
+    from specdec_lib.theory.optimal_multidraft import draft_tuples
     from specdec_lib.verifiers import exact_law
 
     scheme = "iid" if tree_sampling == "iid" else "without_replacement"
@@ -292,7 +291,7 @@ def test_the_optimum_is_a_ceiling_of_traversal_on_two_level_trees(sampling):
     exactly over the drafting of all four nodes, on 20 random instances: it equals token-level RRS's first
     level (Lemma A.2) and so stays <= alpha*(sampling), with a strict gap on some instance. Per drafted tree
     it may exceed token's; only the average is bounded."""
-    from specdec_lib.optimal_multidraft import draft_tuples
+    from specdec_lib.theory.optimal_multidraft import draft_tuples
     from specdec_lib.tree import DraftTree
     from specdec_lib.verifiers import exact_law
 

@@ -12,7 +12,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 
-from specdec_lib import plots  # noqa: E402
+from specdec_lib.reporting import plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -122,7 +122,7 @@ def test_acceptance_frame_measures_every_held_out_prompt_on_the_experiments_rows
     """The record's rows are `experiments.matched_rows` (the target's own continuation of the chat-encoded prompt,
     both models teacher-forced on it): a draft equal to the target accepts every position."""
     from specdec_lib import experiments as E
-    from specdec_lib.draft_measure import acceptance_frame
+    from specdec_lib.experiments.draft_measure import acceptance_frame
 
     frame, rows = acceptance_frame(target, target, [1.0], per_category=1, new_tokens=2, progress=False)
     assert sorted(frame["category"]) == E.prompt_categories() and frame["acceptance"].to_numpy() == pytest.approx(1.0)
@@ -137,7 +137,7 @@ def test_acceptance_frame_measures_every_held_out_prompt_on_the_experiments_rows
 def test_summarize_acceptance_weights_prompts_by_positions():
     import pandas as pd
 
-    from specdec_lib.draft_measure import summarize_acceptance
+    from specdec_lib.experiments.draft_measure import summarize_acceptance
 
     frame = pd.DataFrame({"temperature": [1.0] * 4, "category": ["a", "a", "b", "b"],
                           "prompt_id": list("wxyz"), "positions": [10, 30, 20, 20], "acceptance": [0.5, 0.7, 0.6, 0.8]})
@@ -167,7 +167,7 @@ def test_another_target_gets_its_own_named_copy_without_the_offline_record():
 def test_acceptance_frame_skips_a_prompt_the_target_answers_with_nothing_and_nothing_else(monkeypatch):
     import types
 
-    from specdec_lib import draft_measure
+    from specdec_lib.experiments import draft_measure
     from specdec_lib.experiments import NoRowsError
     from specdec_lib.experiments.collection import joined_rows
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_lib import exact, experiments as E, regime as RG
+from specdec_lib import exact, experiments as E
+from specdec_lib.experiments import regime as RG
 from specdec_lib.decoding import speculative_generate
 from specdec_lib.exact import chi_square_pvalue
 from specdec_lib.models import LanguageModel

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specdec_lib.regime import Comparison
-from specdec_lib.regime_growth import GrowthCheck
+from specdec_lib.experiments.regime import Comparison
+from specdec_lib.verdicts.regime_growth import GrowthCheck
 
 CHAIN = Comparison("block_vs_token", "block vs token", "block", "chain", "chain:4", "block", "token")
 

@@ -11,8 +11,9 @@ import subprocess
 import nbformat
 import pytest
 
-from specdec_lib import reports, results
-from specdec_lib.report_index import data_seed_rows, wall_minutes
+from specdec_lib.reporting import reproduce as reports
+from specdec_lib.reporting import results
+from specdec_lib.reporting.index import data_seed_rows, wall_minutes
 
 
 def _notebook(path, body: str) -> None:

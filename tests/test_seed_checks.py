@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from specdec_lib import cli, reports, results
-from specdec_lib.report_index import SEED_CHECKS, data_seed_rows
-from specdec_lib.seed_checks import SEED_CHECKS_DIR, record_seed_check
+from specdec_lib import cli
+from specdec_lib.reporting import reproduce as reports
+from specdec_lib.reporting import results
+from specdec_lib.reporting.index import SEED_CHECKS, data_seed_rows
+from specdec_lib.reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
 def _run(folder, status="ok", parameters=None):

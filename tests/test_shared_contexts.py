@@ -24,7 +24,7 @@ from specdec_lib.exact import enumerate_drafts
 from specdec_lib.models import LanguageModel
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.synthetic import ContextIndependentLM
-from specdec_lib.results import VERDICTS
+from specdec_lib.reporting.results import VERDICTS
 from specdec_lib.sampling import process_logits
 from specdec_lib.verifiers import expected_tokens
 

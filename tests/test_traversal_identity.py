@@ -3,7 +3,7 @@ the identity holds given the root's children, averaged over the drafting below l
 every context, with i.i.d. or without-replacement siblings, a sub-vocabulary draft and top-p on the
 target; it does not hold per drafted tree; it breaks when the children are not drawn from the rows
 the verifier is given. The level-l generalisation (Rao-Blackwellised CCDF) is checked the same way.
-All by exact enumeration (specdec_lib.traversal_identity docstring)."""
+All by exact enumeration (specdec_lib.theory.traversal_identity docstring)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import torch
 
-from specdec_lib import experiments as E, traversal_identity as TI
+from specdec_lib import experiments as E
+from specdec_lib.theory import traversal_identity as TI
 from specdec_lib.exact import enumerate_drafts
 from specdec_lib.experiments import TreeRecord
 from specdec_lib.models.synthetic import ContextIndependentLM, ToyLM, random_markov_pair

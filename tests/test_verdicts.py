@@ -252,7 +252,7 @@ def test_seed_stability_per_drafting_seed():
 
 
 def test_first_level_decision_is_exact_and_reports_the_sampled_difference():
-    from specdec_lib import traversal_identity as TI
+    from specdec_lib.theory import traversal_identity as TI
     from specdec_lib.exact import enumerate_drafts
     from specdec_lib.models.synthetic import random_markov_pair
     from specdec_lib.tree import binary

@@ -8,9 +8,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import pandas as pd
 import torch
 
-from ..node_rao_blackwell import rao_blackwell_erss, rao_blackwell_tokens
+from ..theory.node_rao_blackwell import rao_blackwell_erss, rao_blackwell_tokens
 from ..progress import tqdm
-from ..traversal_identity import control_variate_ccdf, rao_blackwell_ccdf
+from ..theory.traversal_identity import control_variate_ccdf, rao_blackwell_ccdf
 from ..tree import DraftTree
 from ..verifiers import NOT_LOSSLESS, exact_law, get_verifier
 from ..verifiers.base import Verifier, expected_tokens_from_law

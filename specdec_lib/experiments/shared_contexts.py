@@ -27,7 +27,7 @@ import torch
 from ..decoding import autoregressive_generate, paired_sessions, resolve_shape
 from ..drafting import forest_draws
 from ..exact import sample_tree
-from ..memory import release_freed_memory
+from .memory import release_freed_memory
 from ..progress import tqdm
 from ..sampling import process_logits
 from ..theory import acceptance_by_scheme

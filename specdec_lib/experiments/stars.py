@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import optimal_multidraft
+from ..theory import optimal_multidraft
 from ..theory import erss_first_acceptance, positional_acceptance, total_variation
 from ..tree import DraftTree, restrict_to_shape
 from ..drafting import draw_children

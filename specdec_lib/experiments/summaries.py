@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..intervals import percentile_interval
-from ..results import verdict_from_ci
+from ..verdicts.intervals import percentile_interval
+from ..reporting.results import verdict_from_ci
 
 def _pooled_by_prompt(frame, by: Sequence[str], value: str):
     """Per (group, prompt): sum and count of ``value`` (pooled means are ratios of these sums)."""

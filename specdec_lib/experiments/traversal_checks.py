@@ -1,7 +1,7 @@
 """Traversal Verification's identities checked on drafted trees of a pair (real or toy): the P(tau >= 1)
 identity tree by tree (`collect_first_level`), the depth trend of the gain over token-level verification
 (`collect_depth_trend`) and both together on the project's pair (`real_pair_check`). The exact quantities
-per tree come from `specdec_lib.traversal_identity`; the verdicts from `specdec_lib.verdicts`.
+per tree come from `specdec_lib.theory.traversal_identity`; the verdicts from `specdec_lib.verdicts`.
 
 Command line: ``python -m specdec_lib.experiments.traversal_checks`` (one thread, about two minutes).
 """
@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 
 from .. import verdicts as V
-from ..results import save_results
-from ..traversal_identity import depth_trend_frame, first_level_frame, martingale_z
+from ..reporting.results import save_results
+from ..theory.traversal_identity import depth_trend_frame, first_level_frame, martingale_z
 from .collection import collect_trees
 from .setup import load_pair, prompts_for
 

@@ -32,7 +32,7 @@ import torch
 from ..models import load_model
 from ..models.cpu_linear import SmallBatchLinear, use_small_batch_linear
 from ..models.kv_cache import cache_of, with_cache
-from ..results import cpu_features
+from ..reporting.results import cpu_features
 from .cost_model import _times, profile_column
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "hardware"

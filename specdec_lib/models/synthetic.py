@@ -13,7 +13,7 @@ end-of-sequence token, then once EOS occurs in the context the model is a point 
 * `random_markov_pair`: a random (target, draft) pair with tunable mismatch and an EOS token.
 * `tempered`: temperature scaling ``p^(1/T)`` renormalised; ``T = 0`` is the one-hot argmax.
 * `FeatureToyDraft`: a draft that reads the target's state, as the EAGLE-style feature draft does
-  (`specdec_lib.eagle`): its rows depend on where the drafted tree is rooted (`FeatureToyDraft.rooted`).
+  (`specdec_lib.training.feature`): its rows depend on where the drafted tree is rooted (`FeatureToyDraft.rooted`).
 
 Returned tensors are cached per context: treat them as read-only.
 """
@@ -196,7 +196,7 @@ def random_markov_pair(vocab_size: int, mismatch: float, seed: int, eos: bool = 
 
 
 class FeatureToyDraft(ToyLM):
-    """The feature-draft protocol on a tiny vocabulary (`specdec_lib.eagle.session`).
+    """The feature-draft protocol on a tiny vocabulary (`specdec_lib.models.feature`).
 
     A tree is rooted at the last fixed token c[-1]. The draft reads the target's "feature" before the
     root, here the target's row after c[:-1] (uniform when c has one token), and from there on only

@@ -10,11 +10,11 @@ Every claim a notebook records is one of eight kinds (`RULES`). Each rule states
   expected tokens per step, P(tau >= 1) and the whole accepted-length law of every verifier are
   exact, `specdec_lib.verifiers.exact_law`; given matched target/draft rows the acceptance vectors
   and rejection rates are exact, `specdec_lib.theory`; traversal's level-l terms can be integrated
-  over the levels below l, `specdec_lib.traversal_identity`),
+  over the levels below l, `specdec_lib.theory.traversal_identity`),
 * the **resampling unit** of the confidence interval (prompts: a clustered bootstrap that resamples
   whole prompts, keeping every step, copy and drafting seed of a prompt together, because the
   contexts of one prompt are dependent; read as the expanded percentile interval of
-  `specdec_lib.intervals`, which widens for few prompts so that 6 prompts still cover ~93%), and
+  `specdec_lib.verdicts.intervals`, which widens for few prompts so that 6 prompts still cover ~93%), and
 * the **minimum effect** that counts.
 
 **"partly" has one meaning** (`PARTLY`): the point estimate is on the claimed side (beyond the null in

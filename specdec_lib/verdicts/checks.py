@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..intervals import percentile_interval
-from ..traversal_identity import martingale_z
+from .intervals import percentile_interval
+from ..theory.traversal_identity import martingale_z
 from .decisions import Decision, decide_directional, decide_equivalence, decide_every, decide_exact, decide_trend
 from .rules import MIN_EFFECT
 

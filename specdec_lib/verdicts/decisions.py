@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..results import VERDICTS
+from ..reporting.results import VERDICTS
 from .rules import MIN_EFFECT
 
 REPRODUCED, PARTLY_V, NOT_REPRODUCED, NA = VERDICTS[0], VERDICTS[1], VERDICTS[2], VERDICTS[3]

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..results import Claim, claim as make_claim
+from ..reporting.results import Claim, claim as make_claim
 from .decisions import PARTLY_V, REPRODUCED, Decision
 
 

@@ -18,15 +18,15 @@ import torch
 
 from ..tree import DraftTree
 from .base import Verdict, Verifier, check_generator, expected_tokens_from_law
-from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match, hsd
+from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match, hsd, hsd_released
 
 VERIFIERS: dict[str, Verifier] = {
     m.VERIFIER.name: m.VERIFIER
-    for m in (token_level, asps, block, greedy_block, traversal, erss, spectr, match)
+    for m in (token_level, asps, block, greedy_block, traversal, erss, spectr, match, hsd)
 }
 
 
-NOT_LOSSLESS: dict[str, Verifier] = {hsd.VERIFIER.name: hsd.VERIFIER}
+NOT_LOSSLESS: dict[str, Verifier] = {hsd_released.VERIFIER.name: hsd_released.VERIFIER}
 
 
 def _lookup(name: str, measuring: bool) -> Verifier:

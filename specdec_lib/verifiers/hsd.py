@@ -1,33 +1,16 @@
-"""Hierarchical Speculative Decoding (HSD; Zhou et al., "Overcoming Joint Intractability with Lossless
-Hierarchical Speculative Decoding", arXiv 2601.05724; docs/papers/hsd.md), on chains.
+"""Hierarchical Speculative Decoding (Zhou et al., arXiv 2601.05724) as the paper states it, on chains.
 
-Notation as in `block`: drafts ``x_1..x_g``, draft rows ``Q[0..g-1]``, target rows ``P[0..g]``, joint
-ratios ``Lambda_i = prod_{k<=i} P[k-1][x_k] / Q[k-1][x_k]`` (``Lambda_0 = 1``). HSD compares, at every
-prefix ``x_<=i``, the target's joint mass that is still "accessible" after the prefix, ``min(P(x_<=i),
-Q(x_<=i)) P[i]``, with the draft's joint mass ``Q(x_<=i) Q[i]``. Divided by ``Q(x_<=i)`` that is
+With joint ratios ``Lambda_t = prod_{k<=t} P[k-1][x_k] / Q[k-1][x_k]`` (``Lambda_0 = 1``), level t weighs the
+target row by the capped ratio ``w_t = Lambda_t / max(1, max_{i<=t} Lambda_i)`` (Defs. 4-6). At level t < g
+the excess is ``E_t = sum max(w_t P[t] - Q[t], 0)``, the deficit ``D_t = sum max(Q[t] - w_t P[t], 0)``, and the
+scan stops there with probability ``E_t / max(E_t, D_t)`` (Eqs. 19-20; level 0 always stops). Algorithm 2
+accepts all g drafts with probability ``min(r*, 1)``, ``r* = Lambda_g / max(1, max_{i<g} Lambda_i)`` (bonus
+token from ``P[g]``); otherwise it walks back from level g-1 and, at the first level that stops, keeps
+``x_1..x_t`` and draws one token from the normalised excess. Theorem 6 claims it lossless.
 
-    w_i P[i] - Q[i],   w_i = min(1, Lambda_i),
-
-so HSD is Block Verification's backward scan with the capped *joint* ratio ``w_i`` in place of Block's
-recursively capped weight ``p_i = Lambda_i / max_{j<=i} Lambda_j``:
-
-1. accept all g drafts with probability ``w_g``; the extra token is drawn from ``P[g]``;
-2. otherwise scan ``t = g-1, ..., 0`` and stop at t with probability ``sigma_t``, where ``sigma_t = 1``
-   when ``Lambda_{t+1} >= 1`` (HSD never steps back over a prefix whose joint ratio is at least one)
-   and ``sigma_t = R_t / (R_t + 1 - w_t)`` otherwise, ``R_t = sum_y max(w_t P[t][y] - Q[t][y], 0)``
-   (the ratio of the excess to the deficient mass at that level; ``sigma_0 = 1``);
-3. at the stop t, emit ``x_1..x_t`` and a token from the residual ``max(w_t P[t] - Q[t], 0)``; when that
-   residual has no mass (only possible where ``Lambda_{t+1} >= 1`` forced the stop) emit ``x_1..x_{t+1}``
-   and no further token: here that is the verdict (path ``x_1..x_t``, token ``x_{t+1}``).
-
-This reading of the published verification (the authors' ``algorithm_clean.py``: one step, no history
-carried over, ``HSD=True``; docs/papers/hsd.md) is NOT lossless: exact enumeration finds output laws that
-differ from the target's (tests/test_hsd.py, e.g. 0.03 on a context-free 3-token pair at g = 2), and its
-expected tokens exceed Block Verification's, which Block's optimality theorem rules out for any lossless
-chain verifier. It is therefore registered in `specdec_lib.verifiers.NOT_LOSSLESS`, not in ``VERIFIERS``:
-``verify("hsd", tree, generator)`` and ``exact_law("hsd", tree)`` measure it, and decoding refuses it. With Block's recursively
-capped weights ``p_i = Lambda_i / max_{j<=i} Lambda_j`` instead of ``min(1, Lambda_i)`` the same scan is
-Block Verification itself.
+``w_t`` is Block Verification's weight ``p_t`` and ``E_t / max(E_t, D_t) = R_t / (R_t + 1 - p_t)`` its ``h_t``,
+so the law equals `block`'s (tests/test_hsd.py checks it to 1e-12, and losslessness over several steps).
+The authors' released code accepts the whole chain with ``min(1, Lambda_g)`` instead: `hsd_released`.
 """
 
 from __future__ import annotations
@@ -43,61 +26,70 @@ from .block import chain_inputs, chain_rows, check_chain, log_ratios, residuals,
 NAME = "hsd"
 
 
-def log_joint_ratios(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``log Lambda_0 .. log Lambda_g`` (``Lambda_0 = 1``), float64."""
-    return torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(log_ratios(P, Q, x), 0)])
+def level_weights(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log Lambda [g+1], log w [g+1])``: the joint ratios and the capped ratios
+    ``w_t = Lambda_t / max(1, max_{i<=t} Lambda_i)``, float64."""
+    log_lam = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(log_ratios(P, Q, x), 0)])
+    cap = torch.cummax(log_lam, 0).values.clamp_min(0)       # log max(1, max_{i<=t} Lambda_i)
+    return log_lam, log_lam - cap
 
 
-def stop_probs(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(sigma [g+1], W [g, V], log_lambda [g+1])``: the stop probability of each level of the backward
-    scan (``sigma_g = w_g``: accepting the whole chain), the unnormalised residuals ``W[t] = max(w_t P[t] -
-    Q[t], 0)`` and the joint log-ratios."""
+def stop_probs(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor,
+               released: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sigma [g+1] float64, W [g, V])``: the probability that the backward scan stops at level t
+    (``sigma_g``: all g drafts accepted; ``sigma_0 = 1``) and the unnormalised excess rows
+    ``W[t] = max(w_t P[t] - Q[t], 0)``. ``sigma_g = min(r*, 1)`` (the paper), or ``min(1, Lambda_g)`` with
+    ``released=True`` (the authors' code). The 0/0 case ``E_t = D_t = 0`` (``w_t P[t] == Q[t]``) never stops."""
     g = Q.shape[0]
-    log_lam = log_joint_ratios(P, Q, x)
-    log_w = log_lam.clamp_max(0)
+    log_lam, log_w = level_weights(P, Q, x)
     W = residuals(P, Q, log_w)
-    R = W.sum(dim=1).to(torch.float64)
-    den = R - torch.expm1(log_w[:g])                               # R_t + 1 - w_t
-    sigma = torch.where(R > 0, R / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(R)).clamp(0, 1)
-    sigma = torch.where(log_lam[1:] >= 0, torch.ones_like(sigma), sigma)
-    sigma = torch.cat([sigma, torch.exp(log_w[g:])])
-    sigma[0] = 1.0 if g > 0 else sigma[0]
-    return sigma, W, log_lam
+    if g == 0:
+        return torch.ones(1, dtype=torch.float64), W
+    w = torch.exp(log_w[:g]).to(P.dtype)[:, None]
+    excess = W.sum(dim=1).to(torch.float64)
+    deficit = (Q - w * P[:g]).clamp_min(0).sum(dim=1).to(torch.float64)
+    den = torch.maximum(excess, deficit)
+    sigma = torch.where(den > 0, excess / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(den))
+    sigma[0] = 1.0
+    top = log_lam[g] if released else log_w[g]                 # log w_g = log min(r*, 1)
+    return torch.cat([sigma.clamp(0, 1), torch.exp(top.clamp_max(0)).reshape(1)]), W
 
 
-def _extra_row(P: torch.Tensor, W: torch.Tensor, x: torch.Tensor, t: int) -> torch.Tensor:
-    """The extra token's law at stop t < g: the normalised residual, or the point mass on ``x_{t+1}``."""
-    mass = float(W[t].sum())
-    if mass > 0:
-        return W[t].to(torch.float64) / mass
-    row = torch.zeros(P.shape[1], dtype=torch.float64)
-    row[int(x[t])] = 1.0
-    return row
-
-
-def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
-    """Exact law ``[g+1, V]``: row t = P(stop at t) times the extra token's law."""
+def law_of(tree: DraftTree, released: bool) -> torch.Tensor:
+    """Exact law ``[g+1, V]``: row t = P(scan ends at t) times the extra token's law (the normalised excess,
+    ``P[t]`` where the excess has no mass, a measure-zero event; ``P[g]`` after full acceptance)."""
     P, Q, x = chain_inputs(tree)
     g = Q.shape[0]
-    sigma, W, _ = stop_probs(P, Q, x)
-    stop = tau_probs(sigma)
-    rows = [_extra_row(P, W, x, t) for t in range(g)] + [P[g]]
-    return stop[:, None] * torch.stack(rows)
+    sigma, W = stop_probs(P, Q, x, released)
+    mass = W.sum(dim=1, keepdim=True)
+    rows = torch.where(mass > 0, W / torch.where(mass > 0, mass, torch.ones_like(mass)), P[:g])
+    return tau_probs(sigma)[:, None] * torch.cat([rows, P[g:g + 1]])
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
-    """One verdict; ``generator`` is the only randomness (one uniform per level, then the extra token)."""
+def sample_of(tree: DraftTree, generator: torch.Generator, released: bool) -> Verdict:
+    """One verdict: one uniform per level (the full-acceptance test at level g, then the walk back), then the
+    extra token; ``generator`` is the only randomness. Works on the rows as stored."""
     P, Q, x = chain_rows(tree)
     g = Q.shape[0]
-    sigma, W, _ = stop_probs(P, Q, x)
+    sigma, W = stop_probs(P, Q, x, released)
     eta = torch.rand(g, generator=generator, dtype=torch.float64)
     hits = torch.nonzero(eta <= sigma[1:]).flatten()
     t = int(hits[-1]) + 1 if hits.numel() else 0
     if t == g:
-        return Verdict(tuple(range(1, g + 1)), sample_categorical(P[g], generator))
-    if float(W[t].sum()) > 0:
-        return Verdict(tuple(range(1, t + 1)), sample_categorical(W[t], generator))
-    return Verdict(tuple(range(1, t + 1)), int(x[t]))
+        row = P[g]
+    else:
+        row = W[t] if float(W[t].sum()) > 0 else P[t]
+    return Verdict(path=tuple(range(1, t + 1)), token=sample_categorical(row, generator))
+
+
+def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
+    """Exact law ``[N+1, V]`` of Algorithm 2 on a chain (law[t, y] = P(tau = t, Y = y))."""
+    return law_of(tree, released=False)
+
+
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+    """Algorithm 2: one verdict."""
+    return sample_of(tree, generator, released=False)
 
 
 def check(tree: DraftTree) -> None:
@@ -109,7 +101,6 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
-    description="Hierarchical Speculative Decoding as published (Zhou et al. 2026; NOT lossless: "
-                "measured only): Block Verification's backward scan with min(1, Lambda_i) as weight; never "
-                "steps back over a prefix with Lambda >= 1.",
+    description="Hierarchical Speculative Decoding (Zhou et al. 2026), the paper's Algorithm 2: capped ratios "
+                "Lambda_t / max(1, max Lambda_i), whole chain with min(r*, 1); its law is Block Verification's.",
 )

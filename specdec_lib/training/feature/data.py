@@ -8,7 +8,7 @@ resumable (it records the next prompt index) and stops after ``minutes``.
 
 Command line::
 
-    python -m specdec_lib.eagle.data --minutes 40 --run-dir distill_runs/eagle
+    python -m specdec_lib.training.feature.data --minutes 40 --run-dir distill_runs/eagle
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..data import load_prompts
+from ...data import load_prompts
 from ..distill import seed_instructions
-from ..models import load_model
-from ..models.kv_cache import cache_of, with_cache
+from ...models import load_model
+from ...models.kv_cache import cache_of, with_cache
 
 __all__ = ["FeatureSample", "sample_with_features", "save_feature_samples", "load_feature_samples",
            "generate_shards", "training_prompts"]

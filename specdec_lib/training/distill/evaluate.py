@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from .. import theory
-from ..models.kv_cache import cache_of, with_cache
+from ... import theory
+from ...models.kv_cache import cache_of, with_cache
 from .data import DEFAULT_RUN_DIR, Sample, load_samples
 from .export import DEFAULT_EXPORT_DIR, RECORD_FILE, TARGET_NAME, _atomic_json, load_exported, write_head_vocab
 from .loss import _rows, student_rows
@@ -160,7 +160,7 @@ def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path 
     `measure_theory` and the forward times) and update its ``draft.json``. ``head_vocab_size`` first
     (re)writes the head vocabulary (`write_head_vocab`); the record then also holds the full head's
     acceptance and the target's mass outside the subset, for comparison. Returns the updated record."""
-    from ..models import load_model  # imports transformers (heavy)
+    from ...models import load_model  # imports transformers (heavy)
 
     export_dir, run_dir = Path(export_dir), Path(run_dir)
     eval_path = run_dir / "data" / "eval.safetensors"

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.cpu_linear import use_small_batch_linear
-from ..models.hf import KVSession, LanguageModel
-from ..models.kv_cache import with_cache
-from ..models.offline import load_target
-from .model import EAGLE_DIR, EAGLE_NAME, FeatureDraft, load_feature_draft
+from .cpu_linear import use_small_batch_linear
+from .hf import KVSession, LanguageModel
+from .kv_cache import with_cache
+from .offline import load_target
+from .feature_net import EAGLE_DIR, EAGLE_NAME, FeatureDraft, load_feature_draft
 
 __all__ = ["FeatureTargetSession", "FeatureDraftSession", "FeatureDraftLM", "load_feature_draft_lm"]
 

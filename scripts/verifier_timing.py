@@ -1,5 +1,5 @@
 """Wall-clock cost of the verifiers themselves (no model calls), on random trees at a real
-vocabulary size: ``python -m specdec_lib.verifier_timing [--vocab 49152 --gamma 8]``.
+vocabulary size: ``python scripts/verifier_timing.py [--vocab 49152 --gamma 8]``.
 
 The trees have random target rows ``softmax(z)`` and draft rows ``softmax(z + noise)`` (so
 acceptance is neither 0 nor 1) in float32, as a model would give them; drafts are sampled from the
@@ -21,9 +21,9 @@ from typing import Sequence
 
 import torch
 
-from . import tree as tree_mod
-from .tree import DraftTree, chain_parents
-from .verifiers import VERIFIERS, get_verifier, verify
+from specdec_lib import tree as tree_mod
+from specdec_lib.tree import DraftTree, chain_parents
+from specdec_lib.verifiers import VERIFIERS, get_verifier, verify
 
 DEFAULT_NAMES = ("token", "asps", "block", "greedy_block")
 

@@ -7,7 +7,7 @@ Layout of a reports folder (``reports/`` for the ``default`` and ``full`` profil
 index.html              run metadata, verdict counts per paper, verdicts changed since the previous run,
                         one row per notebook and one row per claim (filterable by verdict)
 <notebook>.html         the last good executed notebook, opening with its claims table and a summary
-claims/<notebook>.json  its claim records (`specdec_lib.results.save_claims`)
+claims/<notebook>.json  its claim records (`specdec_lib.reporting.results.save_claims`)
 status.json             per notebook: ok / failed, profile, start time, duration, git revision, machine, error
 logs/<notebook>.stderr.txt  anything the notebook still wrote to stderr (moved out of the report; counted)
 .previous/claims/       the claim files replaced by the latest runs (baseline of "changed since" when the
@@ -60,11 +60,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .report_html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
-from .report_index import (PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status,
-                           previous_claims)
-from .report_notebooks import (NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters,
-                               resolve_notebooks)
+from .html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
+from .index import PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status, previous_claims
+from .notebooks import NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters, resolve_notebooks
 from .results import REPO_ROOT, atomic_write_text, git_revision, load_claims, machine
 
 PROFILES = ("smoke", "default", "full")

@@ -62,11 +62,11 @@ from collections import OrderedDict
 
 import torch
 
-from .theory import erss_first_acceptance, erss_joint_acceptance, positional_acceptance
+from . import erss_first_acceptance, erss_joint_acceptance, positional_acceptance
 from .traversal_identity import first_level_acceptance_iid
-from .tree import DraftTree
-from .verifiers import erss, exact_law
-from .verifiers.token_level import draft_row, target_row
+from ..tree import DraftTree
+from ..verifiers import erss, exact_law
+from ..verifiers.token_level import draft_row, target_row
 
 __all__ = ["path_reach", "node_acceptance", "expected_node_acceptance", "rao_blackwell_tokens",
            "expected_race_acceptance", "erss_drafted_acceptance", "erss_reach", "rao_blackwell_erss"]

@@ -22,8 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from .intervals import percentile_interval
-from .regime import Comparison
-from .verdicts import MIN_EFFECT, Decision, bootstrap_indices, decide_every, decide_trend, paired_sums
+from ..experiments.regime import Comparison
+from . import MIN_EFFECT, Decision, bootstrap_indices, decide_every, decide_trend, paired_sums
 
 __all__ = ["REAL_REGIME", "GrowthCheck"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..models.offline import DRAFT_HEAD_VOCAB_FILE, apply_head_vocab, build_student
-from ..models.subset_head import frequent_tokens
+from ...models.offline import DRAFT_HEAD_VOCAB_FILE, apply_head_vocab, build_student
+from ...models.subset_head import frequent_tokens
 from .data import REPO_ROOT, _shards, load_samples
 from .loss import trainable_parameters
 

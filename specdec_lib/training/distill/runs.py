@@ -1,5 +1,5 @@
 """The runs: the offline pair's distillation (`run_offline`), the notebook's profiles (`run_profile`, with
-`tiny_llama` for the smoke profile) and the command line (`main`, ``python -m specdec_lib.distill``)."""
+`tiny_llama` for the smoke profile) and the command line (`main`, ``python -m specdec_lib.training.distill``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from ..data import load_prompts
+from ...data import load_prompts
 from .data import DEFAULT_RUN_DIR, common_prefix_length
 from .evaluate import _theory_extras, remeasure_export
 from .export import DEFAULT_EXPORT_DIR, TARGET_NAME
@@ -31,7 +31,7 @@ def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: 
     """Distil the offline draft from ``target_model`` (default SmolLM2-135M-Instruct): prompts are the
     project's training prompts plus ``seeds`` self-made instructions (interleaved, one project prompt
     every few seeds), held-out prompts from ``load_prompts("heldout")``; see `distill`."""
-    from ..models import load_model  # imports transformers (heavy)
+    from ...models import load_model  # imports transformers (heavy)
 
     config = config or DistillConfig(layers=layers)
     config.layers = layers
@@ -118,9 +118,9 @@ def run_profile(profile: str = "default", minutes: float | None = None, layers: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m specdec_lib.distill``: a distillation run (`run_offline`) or, with ``--remeasure``,
+    """``python -m specdec_lib.training.distill``: a distillation run (`run_offline`) or, with ``--remeasure``,
     a new measurement of the exported draft (`remeasure_export`)."""
-    ap = argparse.ArgumentParser(prog="python -m specdec_lib.distill",
+    ap = argparse.ArgumentParser(prog="python -m specdec_lib.training.distill",
                                  description="Distil the offline draft smollm2-135m-draft from SmolLM2-135M-Instruct.")
     ap.add_argument("--minutes", type=float, default=None, help="wall-clock budget of this invocation")
     ap.add_argument("--remeasure", action="store_true",

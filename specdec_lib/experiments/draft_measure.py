@@ -13,7 +13,7 @@ From the same matched rows at T the record also holds Sequoia's positional accep
 shapes read (`shapes.measured_acceptance_vector`), and the one-token forward times of draft and target
 (`distill.evaluate.measure_forward_times`). Command line (the quantized self-draft's record)::
 
-    python -m specdec_lib.draft_measure --draft smollm2-135m-int4 --per-category 8 --new-tokens 48
+    python -m specdec_lib.experiments.draft_measure --draft smollm2-135m-int4 --per-category 8 --new-tokens 48
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from .experiments import NoRowsError, Pair, bootstrap_ratio, matched_rows, prompts_for
-from .models import load_model
-from .models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
+from . import NoRowsError, Pair, bootstrap_ratio, matched_rows, prompts_for
+from ..models import load_model
+from ..models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
 
 __all__ = ["acceptance_frame", "summarize_acceptance", "measure_pair", "main"]
 
@@ -89,8 +89,8 @@ def measure_pair(target_lm, draft_lm, temperatures: Sequence[float] = (0.2, 0.6,
     with CIs over prompts), the per-prompt values, Sequoia's positional acceptance vectors per temperature
     (``acceptance_vectors``, ``theory_rows`` random matched rows, exact per row up to Monte Carlo over
     ``num_samples`` = 32 draws) and the forward times."""
-    from . import theory
-    from .distill.evaluate import measure_forward_times
+    from .. import theory
+    from ..training.distill.evaluate import measure_forward_times
 
     t0 = time.perf_counter()
     frame, rows = acceptance_frame(target_lm, draft_lm, temperatures, per_category, new_tokens, seed, progress)
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {**(QUANTIZED_RECIPE if a.draft == QUANTIZED_NAME else {"name": a.draft, "base_model": TARGET_NAME}),
               "dtype": a.dtype, "acceptance_vectors": evaluation.pop("acceptance_vectors"),
               "evaluation": evaluation, "machine": f"{platform.machine()} {platform.system()}",
-              "command": " ".join(["python -m specdec_lib.draft_measure", *(sys.argv[1:] if argv is None else argv)])}
+              "command": " ".join(["python -m specdec_lib.experiments.draft_measure", *(sys.argv[1:] if argv is None else argv)])}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))

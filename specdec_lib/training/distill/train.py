@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..progress import tqdm
-from ..results import machine
+from ...progress import tqdm
+from ...reporting.results import machine
 from .data import Sample, _shards, load_samples, sample_continuations, save_samples
 from .evaluate import acceptance_rate, measure_forward_times
 from .export import TARGET_NAME, _atomic_json, _RoundedWeights, export_draft
@@ -207,7 +207,7 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
 def _start_student(target, run_dir: Path, config: DistillConfig, resume: bool, log: _Log):
     """Freeze ``target``, build the student and its AdamW, and restore the checkpoint when resuming:
     (student, optimizer, state), the state fresh when there is no checkpoint."""
-    from ..models.offline import build_student  # imports transformers (heavy)
+    from ...models.offline import build_student  # imports transformers (heavy)
 
     target.eval()
     for p in target.parameters():

@@ -38,11 +38,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import experiments as E
-from .models.interpolated import InterpolatedDraft, InterpolatedToyLM, mix_rows, synthetic_name
-from .theory import (chain_expected_tokens, expected_tokens_positional, k_sequences_expected_tokens,
-                     positional_acceptance, sequoia_tree)
-from .tree import parent_depths, parse_shape
+from .. import experiments as E
+from ..models.interpolated import InterpolatedDraft, InterpolatedToyLM, mix_rows, synthetic_name
+from ..theory import chain_expected_tokens, expected_tokens_positional, k_sequences_expected_tokens, positional_acceptance, sequoia_tree
+from ..tree import parent_depths, parse_shape
 
 __all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "tune_lambda",
            "interpolated_pair", "SweepConfig", "Comparison", "comparisons", "PaperPoint", "PAPER_POINTS",

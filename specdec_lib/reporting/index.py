@@ -11,10 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .report_html import _COLOURS, _cell, split_ci
-from .report_notebooks import NOTEBOOK_DIR, list_notebooks
+from .html import _COLOURS, _cell, split_ci
+from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
-from .verdicts import SEED_DEPENDENT, STABLE_MARK
+from ..verdicts import SEED_DEPENDENT, STABLE_MARK
 
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
 """Where the runner keeps the claim files it replaced (relative to the reports folder)."""

@@ -37,15 +37,15 @@ from typing import Sequence
 
 import torch
 
-from . import __version__
-from .data import Prompt, load_prompts
-from .decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
-from .models import load_model
-from .progress import tqdm
-from .results import machine
-from .sampling import process_logits
-from .theory import positional_acceptance
-from .verifiers import get_verifier
+from .. import __version__
+from ..data import Prompt, load_prompts
+from ..decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
+from ..models import load_model
+from ..progress import tqdm
+from ..reporting.results import machine
+from ..sampling import process_logits
+from ..theory import positional_acceptance
+from ..verifiers import get_verifier
 
 __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
            "default_output_path"]

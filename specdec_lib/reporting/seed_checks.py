@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from .report_index import SEED_CHECKS, data_seeds, load_status
-from .reports import PUBLISHED_REPORTS_DIR
+from .index import SEED_CHECKS, data_seeds, load_status
+from .reproduce import PUBLISHED_REPORTS_DIR
 from .results import atomic_write_text, load_claims
 
 SEED_CHECKS_DIR = (PUBLISHED_REPORTS_DIR / SEED_CHECKS).resolve()

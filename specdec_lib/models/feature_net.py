@@ -27,9 +27,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..models.kv_cache import cache_of, with_cache
-from ..models.offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
-from ..models.subset_head import use_subset_head
+from .kv_cache import cache_of, with_cache
+from .offline import DRAFT_DIR, DRAFT_LAYERS_FILE, EAGLE_NAME, REPO_ROOT, build_student, student_state_dict
+from .subset_head import use_subset_head
 
 __all__ = ["EAGLE_NAME", "EAGLE_DIR", "FeatureDraft", "build_feature_draft", "grow_feature_draft",
            "export_feature_draft", "load_feature_draft", "num_layers_of"]
@@ -165,7 +165,7 @@ def load_feature_draft(target_lm, directory: Path | str = EAGLE_DIR, subset_head
     path = directory / WEIGHTS_FILE
     if not path.is_file():
         raise ValueError(f"the feature draft is not there: {path} is missing; train it with "
-                         f"python -m specdec_lib.eagle.train")
+                         f"python -m specdec_lib.training.feature.train")
     state = load_file(str(path))
     target = target_lm.model if hasattr(target_lm, "tokenizer") else target_lm
     student = build_student(target, num_layers_of(state))

@@ -26,10 +26,10 @@ continuations of the held-out prompts, of the training split, and of the self-ma
 beside it (`distill.seed_instructions`). Command lines (each writes ``data/results/draft_probes/<probe>.json``
 with its parameters)::
 
-    python -m specdec_lib.eagle.probes --per-category 2 --new-tokens 48
-    python -m specdec_lib.eagle.probes --probe head_vocabulary --per-category 2 --new-tokens 96
-    python -m specdec_lib.eagle.probes --probe layer_skip --per-category 2 --new-tokens 48
-    python -m specdec_lib.eagle.probes --probe prompt_sets --per-category 2 --new-tokens 96 --drafts DIR,DIR
+    python scripts/feature_draft_probes.py --per-category 2 --new-tokens 48
+    python scripts/feature_draft_probes.py --probe head_vocabulary --per-category 2 --new-tokens 96
+    python scripts/feature_draft_probes.py --probe layer_skip --per-category 2 --new-tokens 48
+    python scripts/feature_draft_probes.py --probe prompt_sets --per-category 2 --new-tokens 96 --drafts DIR,DIR
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from typing import Sequence
 
 import torch
 
-from ..data import load_prompts
-from ..decoding import _check_int
-from ..distill import seed_instructions
-from ..models import load_model
-from ..models.offline import REPO_ROOT
+from specdec_lib.data import load_prompts
+from specdec_lib.decoding import _check_int
+from specdec_lib.training.distill import seed_instructions
+from specdec_lib.models import load_model
+from specdec_lib.models.offline import REPO_ROOT
 
 __all__ = ["early_exit_acceptance", "layer_skip_acceptance", "skip_patterns", "sampled_continuations",
            "head_vocabulary_acceptance", "prompt_sets", "prompt_set_acceptance", "main"]
@@ -167,8 +167,8 @@ def head_vocabulary_acceptance(target_model, samples, directory: Path | str | No
     `online.heldout_rollouts`), and the target's mean probability mass outside the head vocabulary there.
     Returns {"head_size", "vocab_size", "acceptance": {"subset": [...], "full": [...]}, "target_mass_outside",
     "positions"}."""
-    from .model import EAGLE_DIR, load_feature_draft
-    from .online import depth_acceptance
+    from specdec_lib.models.feature_net import EAGLE_DIR, load_feature_draft
+    from specdec_lib.training.feature.online import depth_acceptance
 
     directory = Path(directory) if directory is not None else EAGLE_DIR
     depth = _check_int("depth", depth, minimum=1)
@@ -211,8 +211,8 @@ def prompt_set_acceptance(target_model, samples: dict[str, Sequence], directorie
     acceptance sum_x min(p, q) at T = 1 by depth 1..``depth`` (`online.depth_acceptance`) over the continuation
     positions of each prompt set's ``samples`` (name -> `FeatureSample` s, `online.continuation_samples`).
     Returns {"acceptance": {set: {draft: [...]}}, "positions": {set: n}}."""
-    from .model import load_feature_draft
-    from .online import depth_acceptance
+    from specdec_lib.models.feature_net import load_feature_draft
+    from specdec_lib.training.feature.online import depth_acceptance
 
     depth = _check_int("depth", depth, minimum=1)
     if not directories:
@@ -251,14 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                   layer_skip_acceptance(lm.model, sequences, skip_patterns(num_layers), a.temperature))
         shown = {k: round(v, 4) for k, v in result["acceptance"].items()}
     elif a.probe == "head_vocabulary":
-        from .online import heldout_rollouts
+        from specdec_lib.training.feature.online import heldout_rollouts
 
         sequences = heldout_rollouts(lm, a.per_category, a.new_tokens)
         result = head_vocabulary_acceptance(lm.model, sequences, a.drafts, depth=a.depth)
         shown = {**result["acceptance"], "target_mass_outside": round(result["target_mass_outside"], 4)}
     else:
-        from .model import EAGLE_DIR
-        from .online import continuation_samples
+        from specdec_lib.models.feature_net import EAGLE_DIR
+        from specdec_lib.training.feature.online import continuation_samples
 
         dirs = [Path(d) for d in a.drafts.split(",")] if a.drafts else [EAGLE_DIR]
         samples = {name: continuation_samples(lm, texts, a.new_tokens)

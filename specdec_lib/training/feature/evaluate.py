@@ -10,7 +10,7 @@
 
 Command line::
 
-    python -m specdec_lib.eagle.evaluate --run-dir distill_runs/eagle --export
+    python -m specdec_lib.training.feature.evaluate --run-dir distill_runs/eagle --export
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file
 
-from .. import theory
-from ..data import load_prompts
-from ..models import load_model
-from ..models.kv_cache import cache_of, with_cache
-from ..models.offline import DRAFT_DIR
-from ..models.subset_head import use_subset_head
+from ... import theory
+from ...data import load_prompts
+from ...models import load_model
+from ...models.kv_cache import cache_of, with_cache
+from ...models.offline import DRAFT_DIR
+from ...models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
-from .model import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft, grow_feature_draft, num_layers_of
+from ...models.feature_net import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft, grow_feature_draft, num_layers_of
 from .train import acceptance_by_depth, mean_acceptance
 
 __all__ = ["heldout_samples", "forward_times", "per_prompt_acceptance", "measure", "comparison_frame",
@@ -147,7 +147,7 @@ def paired_prompt_frame(record: dict):
     ValueError for a record written before per-prompt values were stored."""
     ev = record["evaluation"]
     if "per_prompt_t1" not in ev or "independent_per_prompt_t1" not in ev:
-        raise ValueError("record has no per-prompt acceptances: re-run python -m specdec_lib.eagle.evaluate --export")
+        raise ValueError("record has no per-prompt acceptances: re-run python -m specdec_lib.training.feature.evaluate --export")
     rows = []
     for label, table in (("feature", ev["per_prompt_t1"]), ("independent", ev["independent_per_prompt_t1"])):
         for pid, cat, values in zip(ev["prompt_ids"], ev["prompt_categories"], table):
@@ -226,7 +226,7 @@ def _online_training(weights: Path) -> dict:
     name = weights.stem
     rounds = [json.loads(line) for line in (weights.parent / "online_log.jsonl").read_text().splitlines() if line.strip()]
     curve = [[r["round"], r["minutes"], r["sampled_tokens"]] + (r[name]["loss"] or []) for r in rounds if name in r]
-    return {"method": "specdec_lib.eagle.online (target sampling at T = 1 and training in one process)",
+    return {"method": "specdec_lib.training.feature.online (target sampling at T = 1 and training in one process)",
             "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
             "sampling_dtype": summary.get("sample_dtype", "float32"),
             "objective": summary.get("objectives", {}).get(name, "kl"),  # summaries before session 23: KL only

@@ -29,13 +29,13 @@ everything):
 
 Command line::
 
-    python -m specdec_lib.distill --minutes 60 --layers 2            # fresh run
-    python -m specdec_lib.distill --minutes 30 --resume              # continue (more text, more steps)
+    python -m specdec_lib.training.distill --minutes 60 --layers 2            # fresh run
+    python -m specdec_lib.training.distill --minutes 30 --resume              # continue (more text, more steps)
 
 Everything model-specific is in `run_offline`; `distill` itself works on any HF causal LM and token
 lists (the tests and the notebook's smoke profile use a tiny random Llama).
 
-Modules (the same cut as the sister package `specdec_lib.eagle`):
+Modules (the same cut as the sister package `specdec_lib.training.feature`):
 
 * `prompts`: the self-made seed instructions;
 * `data`: target-sampled text (`Sample`, `sample_continuations`) and its safetensors shards;

@@ -21,7 +21,7 @@ fresh optimiser and its warm-up: the optimiser's state, twice the weights' size,
 
 Command line (a GPU; the same code runs on a CPU at toy sizes)::
 
-    python -m specdec_lib.eagle.online --minutes 6 --out distill_runs/eagle_online --device cuda
+    python -m specdec_lib.training.feature.online --minutes 6 --out distill_runs/eagle_online --device cuda
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..data import load_prompts
-from ..models import load_model
+from ...data import load_prompts
+from ...models import load_model
 from .data import FeatureSample, training_prompts
 from ..distill.export import committed_record
-from ..models.subset_head import use_subset_head
-from .model import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
+from ...models.subset_head import use_subset_head
+from ...models.feature_net import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
 from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
 __all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",

@@ -76,9 +76,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .tree import DraftTree, restrict_depth
-from .verifiers import exact_law
-from .verifiers.token_level import draft_row, target_row
+from ..tree import DraftTree, restrict_depth
+from ..verifiers import exact_law
+from ..verifiers.token_level import draft_row, target_row
 
 __all__ = ["first_level_acceptance_iid", "first_level_acceptance", "node_subtree_acceptance_iid_leaves",
            "node_subtree_acceptance_enumerated", "level_ccdf", "rao_blackwell_ccdf",

@@ -19,7 +19,7 @@ sub-vocabulary head the tokens outside it fall in the bucket).
 
 Command line (resumable; ``--minutes`` per call)::
 
-    python -m specdec_lib.eagle.train --minutes 60 --run-dir distill_runs/eagle
+    python -m specdec_lib.training.feature.train --minutes 60 --run-dir distill_runs/eagle
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file
 
-from ..models import load_model
-from ..models.offline import DRAFT_DIR
-from ..models.subset_head import use_subset_head
+from ...models import load_model
+from ...models.offline import DRAFT_DIR
+from ...models.subset_head import use_subset_head
 from .data import FeatureSample, load_feature_samples
-from .model import FeatureDraft, build_feature_draft
+from ...models.feature_net import FeatureDraft, build_feature_draft
 
 __all__ = ["Packed", "pack", "level_mask", "level_mask_of", "levels_forward", "draft_levels", "subset_topk_kl",
            "train_loss", "acceptance_by_depth", "mean_acceptance", "main"]

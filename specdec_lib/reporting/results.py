@@ -4,12 +4,12 @@ Two kinds of output leave a notebook:
 
 * **claims** -- a list of records ``(paper, claim, paper_value, ours, verdict)``, one per checked claim of a
   paper, saved as JSON under ``reports/claims/<notebook>.json`` (`save_claims`). ``reports/index.html`` is
-  built from these files only (see `specdec_lib.reports.build_index`).
+  built from these files only (see `specdec_lib.reporting.reproduce.build_index`).
 * **results** -- the measured numbers as CSV (tables) or JSON (anything else) under
   ``data/results/<notebook>/``, each with a ``.meta.json`` holding the parameters, the git revision, the
   library versions and the machine that produced them (`save_results`).
 
-When a notebook runs under the runner (`specdec_lib.reports.run_notebook`) both go to a staging folder
+When a notebook runs under the runner (`specdec_lib.reporting.reproduce.run_notebook`) both go to a staging folder
 first (environment variables ``SPECDEC_CLAIMS_DIR`` and ``SPECDEC_RESULTS_DIR``), and are moved into place
 only when the whole notebook succeeded, so a failing notebook never overwrites the last good output.
 Run by hand (Jupyter, plain papermill), they go straight to ``reports/claims`` and ``data/results``.
