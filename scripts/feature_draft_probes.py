@@ -17,7 +17,7 @@ through its own norm and head. Keeping the first k layers is the early exit at k
 The head-vocabulary probe (`head_vocabulary_acceptance`) asks what the committed feature draft loses by
 scoring only its head vocabulary (`models.subset_head`: q = 0 outside it): its acceptance by depth with
 that head and with the target's full tied head (the same weights), and the target's mass outside the
-head vocabulary at the same positions. Since session 30 the committed draft has the full head, so this probe
+head vocabulary at the same positions. The committed draft has the full head, so this probe
 takes the directory of a draft with a head vocabulary (``--drafts``).
 
 The prompt-set probe (`prompt_set_acceptance`) asks whether the acceptance a draft reaches on what it is trained

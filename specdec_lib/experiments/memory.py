@@ -4,7 +4,7 @@ Drafting at thousands of contexts allocates and frees tensors of many sizes (tre
 hundred nodes over a ~50k vocabulary: 0.1 to 40 MB each). glibc's malloc keeps freed chunks of that size in
 its heap for reuse, and with sizes that change every step the heap fragments: the live tensors stayed
 constant while the resident memory of a notebook kernel grew by gigabytes over 03's 1,248 contexts until the
-kernel was killed for memory (session 15). `release_freed_memory` (glibc's ``malloc_trim(0)``) returns the
+kernel was killed for memory. `release_freed_memory` (glibc's ``malloc_trim(0)``) returns the
 free pages; called once per context it kept the resident memory flat (1.30 GB over 40 contexts of 03's four
 race arms, against 1.62 -> 1.81 GB without it), at a cost of about 10% of the drafting time in a contended
 micro-run (1.6-1.7 s per context without, 1.9 s with).

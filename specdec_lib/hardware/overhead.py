@@ -4,7 +4,7 @@ Eq. 1 prices a speculative step at the forwards alone, t(n) + d c. The decoder a
 into a distribution (`sampling.process_logits` over the whole vocabulary, for the n target rows and for every
 draft level), draws the children, checks the tree, verifies and commits the caches. On the papers' GPUs
 that work hides behind the forwards; on a CPU, with a 49k-token vocabulary, it grows with the tree (about a
-third of a 64-node step here, measured in session 37) and decides which tree is fastest.
+third of a 64-node step on a 2-core CPU: data/results/05_sequoia/decoder_overhead.csv) and decides which tree is fastest.
 
 This module measures it with the decoder itself: `speculative_generate` (or `autoregressive_generate`)
 runs a *null pair*, two one-layer models of width 16 with the real vocabulary, whose forwards cost well

@@ -280,8 +280,8 @@ def _time_sizes(module: torch.nn.Module, prefix: torch.Tensor, sizes: list[int],
     """The timings of `profile`: ``warmup`` untimed then ``repeats`` timed rounds, each round one forward of
     every size in turn (n random tokens over the prefix's KV cache, cropped back after each), with each size's
     median, mean and minimum. Sizes are interleaved, not timed one after the other, so a slow spell of a shared
-    machine falls on every size alike instead of bending t(n)/t(1) (session 38: timed one size after the other, a
-    spell made t(4) equal t(8) and moved the optimizer's choice)."""
+    machine falls on every size alike instead of bending t(n)/t(1) (timed one size after the other, a slow
+    spell can make t(4) equal t(8) and move the optimizer's choice)."""
     param = next(module.parameters())
     device, dtype = param.device, param.dtype
     vocab = int(module.config.vocab_size)

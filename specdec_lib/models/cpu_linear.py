@@ -3,7 +3,7 @@
 Verification scores a handful of tokens per forward (a chain of 2-8, a tree of up to a few dozen), and
 drafting scores one. With torch's default ``F.linear`` (``x @ W.T``) on this project's 2-core CPU
 (torch 2.13, float32), a forward of the offline target over 2 tokens took 1.65x one over 1 token
-(data/hardware, session 2), which made every speculative method slower than autoregressive decoding.
+(data/hardware/), which made every speculative method slower than autoregressive decoding.
 The cause is the GEMM kernel chosen for a few rows against a large transposed weight, not the arithmetic:
 
 * ``(W @ x.T).T`` computes the same product through a different kernel. Measured here with 2 threads

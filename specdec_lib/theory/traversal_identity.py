@@ -273,7 +273,7 @@ def rao_blackwell_expected_tokens(tree: DraftTree, verifier: str = "traversal") 
 
 
 CONTROL_VARIATE_WEIGHT = 0.5
-"""The fixed weight of `control_variate_ccdf`, chosen before use from session 21's stored 07 data: over its ten
+"""The fixed weight of `control_variate_ccdf`, chosen before use from stored 07 data (data/results/07_regime/): over its ten
 (regime, chain / binary) cells the weight minimising the prompt-clustered variance of traversal minus token was
 0.30-1.05 (0.49-0.70 in eight), and 1/2 lowered the standard error of that difference in all ten, by 6-50%.
 Being fixed, not fitted per run, it keeps the estimate exactly unbiased (those data share their first trees with
