@@ -19,23 +19,29 @@ same seed gives the same output. Timings synchronise CUDA before reading the clo
 from __future__ import annotations
 
 import numbers
-import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
+from .arguments import ArgumentTypeError, check_choice, check_int, check_model, check_real, check_seed
 from .drafting import draw_tree
+from .models.names import DRAFT_NAME
 from .progress import tqdm
-from .sampling import check_sampling_args, process_logits
-from .shapes import measured_acceptance_vector, resolve_shape
-from .tree import DraftTree, parent_depths
-from .verifiers import get_verifier, verify
+from .sampling import process_logits
+from .shapes import is_sequoia, measured_acceptance_vector, resolve_shape, shape_nodes
+from .tree import SAMPLING_MODES, DraftTree, parent_depths
+from .verifiers import VERIFIERS, get_verifier, verify
 from .verifiers.base import sample_categorical
 
 __all__ = ["StepStats", "GenerationOutput", "speculative_generate", "autoregressive_generate",
-           "resolve_shape", "measured_acceptance_vector", "check_pair"]
+           "resolve_shape", "measured_acceptance_vector", "check_pair", "MAX_TREE_NODES"]
+
+MAX_TREE_NODES = 4096
+"""The largest draft tree (nodes, root included) `speculative_generate` drafts: its tree-attention
+forwards and masks grow with the node count, and a shape such as ``binary:16`` (65535 nodes) runs out of
+memory. The size is computed from the shape before anything is allocated."""
 
 
 @dataclass
@@ -119,17 +125,57 @@ def _sync(*lms) -> None:
 
 
 def _check_int(name: str, value, minimum: int | None = None) -> int:
-    """``value`` as an int; ValueError naming ``name`` for anything that is not an integer (a bool,
-    a float such as 8.0 or 0.5, a string, a non-scalar tensor) or is below ``minimum``."""
-    if isinstance(value, bool) or getattr(value, "dtype", None) == torch.bool:
-        raise ValueError(f"{name} must be an integer, got the bool {value!r}")
-    try:
-        out = operator.index(value)  # int, numpy integers, 0-d integer tensors; never floats
-    except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
-    if minimum is not None and out < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {out}")
-    return int(out)
+    """``value`` as an int >= ``minimum`` (`arguments.check_int`: a bool, a float, a string is refused)."""
+    return check_int(name, value, minimum)
+
+
+def _check_sampling(temperature, top_p) -> tuple[float, float]:
+    """``temperature`` (finite, >= 0) and ``top_p`` (in (0, 1]) as floats, named when wrong."""
+    return (check_real("temperature", temperature, 0.0),
+            check_real("top_p", top_p, 0.0, 1.0, low_open=True))
+
+
+def _check_target(target) -> None:
+    check_model("target", target)
+
+
+def _check_eos(eos_token_id, lm) -> None:
+    vocab = getattr(lm, "vocab_size", None)
+    if eos_token_id is not None and vocab is not None and eos_token_id >= vocab:
+        raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary [0, {vocab}) of "
+                         f"{getattr(lm, 'name', 'the model')!r}")
+
+
+def _record_dir(draft, shape, acceptance_vector):
+    """Where ``draft``'s measured acceptance vector is recorded, for a Sequoia shape without
+    ``acceptance_vector``: its ``record_dir``, or the distilled draft's directory for that draft
+    (None = `shapes.measured_acceptance_vector`'s default). A draft without a record is refused: another
+    draft's vector would build a tree for the wrong acceptance rates."""
+    if not is_sequoia(shape) or acceptance_vector is not None:
+        return None
+    record = getattr(draft, "record_dir", None)
+    if record is not None or getattr(draft, "name", None) == DRAFT_NAME:
+        return record
+    raise ValueError(f"shape {shape!r} needs Sequoia's positional acceptance vector of draft "
+                     f"{getattr(draft, 'name', draft)!r}, which has no recorded one (no record_dir with a "
+                     f"draft.json); pass acceptance_vector= (e.g. measured with theory.positional_acceptance)")
+
+
+def _check_shape_args(shape, acceptance_vector, draft) -> None:
+    """The shape's size against `MAX_TREE_NODES` (before any tree is built) and ``acceptance_vector``
+    only with a Sequoia shape, the one kind that reads it."""
+    size = shape_nodes(shape)
+    if size > MAX_TREE_NODES:
+        raise ValueError(f"shape {shape!r:.60} has {size} nodes, more than the limit MAX_TREE_NODES = "
+                         f"{MAX_TREE_NODES} of speculative_generate")
+    if acceptance_vector is not None and not is_sequoia(shape):
+        raise ValueError(f"acceptance_vector is only read by Sequoia shapes ('sequoia:N', 'sequoia:NxD'); "
+                         f"shape {shape!r:.60} ignores it: drop acceptance_vector or use a Sequoia shape")
+    if acceptance_vector is not None:
+        if isinstance(acceptance_vector, (str, bytes)) or not hasattr(acceptance_vector, "__iter__"):
+            raise ArgumentTypeError(f"acceptance_vector must be a sequence of numbers, got {acceptance_vector!r:.60}")
+        for i, x in enumerate(acceptance_vector):
+            check_real(f"acceptance_vector[{i}]", x, 0.0, 1.0)
 
 
 def _prompt_list(prompt_ids) -> list[int]:
@@ -191,7 +237,16 @@ def _cut(emitted: list[int], remaining: int, eos: int | None) -> tuple[list[int]
 def _resolve_eos(eos_token_id, ignore_eos: bool, lm) -> int | None:
     if ignore_eos:
         return None
-    return lm.eos_token_id if eos_token_id is None else _check_int("eos_token_id", eos_token_id, 0)
+    return lm.eos_token_id if eos_token_id is None else eos_token_id
+
+
+def _check_eos_arg(eos_token_id, lm) -> int | None:
+    """``eos_token_id`` (None or an id of ``lm``'s vocabulary), checked even when ``ignore_eos``."""
+    if eos_token_id is None:
+        return None
+    eos = _check_int("eos_token_id", eos_token_id, 0)
+    _check_eos(eos, lm)
+    return eos
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -213,14 +268,24 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     tokenizer's EOS (``ignore_eos=True`` never stops early). Returns a `GenerationOutput` whose steps
     hold emitted / accepted / drafted counts and draft / target / verify seconds.
     """
-    check_sampling_args(temperature, top_p)
+    temperature, top_p = _check_sampling(temperature, top_p)
+    if not isinstance(verifier, str):
+        raise ArgumentTypeError(f"verifier must be one verifier name (a string), got {verifier!r:.60} "
+                                f"({type(verifier).__name__}); one of {sorted(VERIFIERS)}")
     get_verifier(verifier)  # unknown verifier -> ValueError before any work
+    check_choice("sampling", sampling, SAMPLING_MODES)
+    _check_target(target)
+    check_model("draft", draft, attrs=("vocab_size", "name"))
     check_pair(target, draft)
+    check_model("draft", draft)
     max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
-    seed = _check_int("seed", seed)
+    seed = check_seed("seed", seed)
+    eos_token_id = _check_eos_arg(eos_token_id, target)
     prompt = _prompt_list(prompt_ids)
     _check_prompt_ids(target, prompt)
-    parents = resolve_shape(shape, acceptance_vector, temperature, getattr(draft, "record_dir", None))
+    _check_shape_args(shape, acceptance_vector, draft)
+    record_dir = _record_dir(draft, shape, acceptance_vector)
+    parents = resolve_shape(shape, acceptance_vector, temperature, record_dir)
     max_depth = max(parent_depths(parents))
     for lm in (target, draft):  # the deepest tree node must fit behind the prompt
         _check_length(lm, prompt, max(1, max_depth))
@@ -285,9 +350,11 @@ def autoregressive_generate(target, prompt_ids, temperature: float = 1.0, top_p:
                             ignore_eos: bool = False, progress: bool = False) -> GenerationOutput:
     """Plain sampling from ``target`` with the same distributions (`sampling.process_logits`) and a
     KV cache; one step per token (``steps[i].target_s`` = forward + processing seconds)."""
-    check_sampling_args(temperature, top_p)
+    temperature, top_p = _check_sampling(temperature, top_p)
+    _check_target(target)
     max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
-    seed = _check_int("seed", seed)
+    seed = check_seed("seed", seed)
+    eos_token_id = _check_eos_arg(eos_token_id, target)
     prompt = _prompt_list(prompt_ids)
     _check_prompt_ids(target, prompt)
     _check_length(target, prompt, 1)

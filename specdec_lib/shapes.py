@@ -13,9 +13,10 @@ from typing import Sequence
 
 from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
 from .theory import sequoia_tree
-from .tree import is_level_order, level_order, parse_shape
+from .arguments import ArgumentTypeError
+from .tree import is_level_order, level_order, parse_shape, shape_size, validate_parents
 
-__all__ = ["measured_acceptance_vector", "resolve_shape"]
+__all__ = ["measured_acceptance_vector", "resolve_shape", "shape_nodes", "is_sequoia"]
 
 
 def measured_acceptance_vector(temperature: float | None = None,
@@ -66,25 +67,52 @@ def measured_acceptance_vector(temperature: float | None = None,
                      f"pass acceptance_vector=, or measure one with theory.positional_acceptance")
 
 
+def is_sequoia(shape) -> bool:
+    """Whether ``shape`` is a Sequoia spec ("sequoia:N" / "sequoia:NxD"), the one kind that reads an
+    acceptance vector."""
+    return isinstance(shape, str) and shape.strip().lower().startswith("sequoia:")
+
+
+def _sequoia_spec(shape: str) -> tuple[int, int | None]:
+    spec = shape.strip().lower()[len("sequoia:"):]
+    try:
+        size, depth = (int(x) for x in spec.split("x")) if "x" in spec else (int(spec), None)
+    except ValueError:
+        raise ValueError(f"bad Sequoia shape {shape!r}; expected 'sequoia:N' or 'sequoia:NxD'") from None
+    if size < 1 or (depth is not None and depth < 1):
+        raise ValueError(f"bad Sequoia shape {shape!r}: size and depth must be >= 1")
+    return size, depth
+
+
+def shape_nodes(shape) -> int:
+    """Number of nodes (root included) of a shape as `resolve_shape` takes it, computed without building
+    it: ``len(parents)`` for a parents list, N for "sequoia:N(xD)", `tree.shape_size` for a spec."""
+    if isinstance(shape, (list, tuple)):
+        return len(shape)
+    if is_sequoia(shape):
+        return _sequoia_spec(shape)[0]
+    if isinstance(shape, str):
+        return shape_size(shape)
+    raise ArgumentTypeError(f"shape must be a spec string ('chain:8') or a parents list, got {shape!r:.60}")
+
+
 def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
                   temperature: float | None = None, record_dir: str | Path | None = None) -> list[int]:
     """A tree shape as a parents list (root included).
 
-    ``shape``: a parents list (relabelled to level order if needed), a `tree.parse_shape` spec ("chain:8", "kary:2x3", "specinfer:4x5",
-    "binary:4", "batch:3x4", "parents:-1,0,0"), or "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of
-    size N, depth unbounded or at most D, root included, from ``acceptance_vector`` or the one measured
-    for the draft whose record is in ``record_dir``, see `measured_acceptance_vector`).
+    ``shape``: a parents list of integers (relabelled to level order if needed), a `tree.parse_shape`
+    spec ("chain:8", "kary:2x3", "specinfer:4x5", "binary:4", "batch:3x4", "parents:-1,0,0"), or
+    "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of size N, depth unbounded or at most D, root
+    included, from ``acceptance_vector`` or the one measured for the draft whose record is in
+    ``record_dir``, see `measured_acceptance_vector`).
     """
     if isinstance(shape, (list, tuple)):
-        parents = [int(p) for p in shape]
-    elif isinstance(shape, str) and shape.startswith("sequoia:"):
-        spec = shape[len("sequoia:"):]
         try:
-            size, depth = (int(x) for x in spec.split("x")) if "x" in spec else (int(spec), None)
-        except ValueError:
-            raise ValueError(f"bad Sequoia shape {shape!r}; expected 'sequoia:N' or 'sequoia:NxD'") from None
-        if size < 1 or (depth is not None and depth < 1):
-            raise ValueError(f"bad Sequoia shape {shape!r}: size and depth must be >= 1")
+            parents = validate_parents(shape)
+        except ValueError as exc:
+            raise ValueError(f"shape {list(shape)!r:.80} is not a parents list: {exc}") from None
+    elif is_sequoia(shape):
+        size, depth = _sequoia_spec(shape)
         vector = list(acceptance_vector) if acceptance_vector is not None \
             else measured_acceptance_vector(temperature, record_dir)
         parents, _ = sequoia_tree(vector, size=size, depth=depth)

@@ -27,6 +27,8 @@ from typing import Sequence
 
 import torch
 
+from .arguments import ArgumentTypeError, check_int
+
 SAMPLING_MODES = ("iid", "without_replacement", "topk", "race")
 # Modes whose drafted tokens are draws from the draft distribution and so must have q > 0.
 _MODES_NEEDING_POSITIVE_DRAFT_PROB = ("iid", "race")
@@ -218,6 +220,7 @@ def _check_rows(name: str, rows: torch.Tensor, selected: torch.Tensor, allow_all
 
 def chain_parents(length: int) -> list[int]:
     """A chain of ``length`` drafted tokens: size length+1, depth length+1."""
+    length = check_int("chain length", length)
     if length < 0:
         raise ValueError(f"chain length must be >= 0, got {length}")
     return list(range(-1, length))
@@ -231,9 +234,10 @@ def chain_parents(length: int) -> list[int]:
 # level (Sequoia's convention, docs/ARCHITECTURE.md); "length" arguments count drafted tokens per sequence.
 
 def _require_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < minimum:
+    out = check_int(name, value)  # a float (2.0 included) or a bool is no size
+    if out < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return out
 
 
 def batch(k: int, length: int) -> list[int]:
@@ -306,8 +310,14 @@ def eagle_sparse() -> list[int]:
 
 
 def validate_parents(parents) -> list[int]:
-    """A parent list as ints, checked: parents[0] == -1 and 0 <= parents[i] < i."""
-    out = [int(p) for p in parents]
+    """A parent list as ints, checked: parents[0] == -1 and 0 <= parents[i] < i. Entries must be
+    integers (a float such as 0.7 is no node index and is refused, never truncated)."""
+    if isinstance(parents, (str, bytes)) or not hasattr(parents, "__len__"):
+        raise ArgumentTypeError(f"parents must be a sequence of integer node indices, got {parents!r:.60}")
+    if isinstance(parents, torch.Tensor):
+        _check_integer("parents", parents)
+        parents = parents.reshape(-1).tolist()
+    out = [p if type(p) is int else check_int(f"parents[{i}]", p) for i, p in enumerate(parents)]
     if not out or out[0] != -1:
         raise ValueError("a parent list must start with -1 (the root)")
     for i, p in enumerate(out[1:], start=1):
@@ -353,6 +363,45 @@ def level_order(parents) -> list[int]:
 
 SHAPE_FORMS = ("chain:L", "batch:KxL", "specinfer:KxL", "kary:KxD", "binary:D", "erss_specinfer:K",
                "eagle", "parents:-1,0,0,1")
+MAX_SHAPE_NODES = 2 ** 20
+"""The most nodes `parse_shape` builds; larger specs are refused from their size (`shape_size`) before
+anything is allocated (decoding and the exact harness set tighter limits of their own)."""
+_SHAPE_ARITY = {"chain": 1, "batch": 2, "specinfer": 2, "kary": 2, "binary": 1, "erss_specinfer": 1}
+
+
+def _parse_spec(spec: str) -> tuple[str, list[int] | None]:
+    """``(kind, integer arguments)`` of a shape spec (``None`` for ``eagle`` and ``parents:``)."""
+    if not isinstance(spec, str):
+        raise ArgumentTypeError(f"a shape spec must be a string like 'chain:8'; got {spec!r:.60}")
+    kind, _, arg = spec.strip().lower().partition(":")
+    if kind in _SHAPE_ARITY:
+        parts = arg.split("x")
+        expected = _SHAPE_ARITY[kind]
+        if len(parts) != expected or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            form = {1: "N", 2: "KxN"}[expected]
+            raise ValueError(f"shape {spec!r}: expected '{kind}:{form}' with integers")
+        return kind, [int(p) for p in parts]
+    if (kind == "eagle" and not arg) or kind == "parents":
+        return kind, None
+    raise ValueError(f"unknown shape {spec!r}; known forms: {', '.join(SHAPE_FORMS)}")
+
+
+def shape_size(spec: str) -> int:
+    """Number of nodes (root included) of the shape spec ``spec``, computed from its arguments without
+    building it (``binary:40`` is 2^40 - 1 nodes, counted at once). ValueError for a spec whose form
+    `parse_shape` refuses; arguments below their minimum count as the smallest tree."""
+    kind, args = _parse_spec(spec)
+    if kind == "eagle":
+        return len(_EAGLE_CHOICES) + 1
+    if kind == "parents":
+        return spec.count(",") + 1
+    if kind in ("chain", "erss_specinfer"):
+        return max(args[0], 0) + 1
+    if kind in ("batch", "specinfer"):
+        return max(args[0], 1) * max(args[1], 0) + 1
+    k, depth = (2, args[0]) if kind == "binary" else args
+    k, depth = max(k, 1), max(depth, 1)
+    return depth if k == 1 else (k ** depth - 1) // (k - 1)
 
 
 def parse_shape(spec: str) -> list[int]:
@@ -361,44 +410,33 @@ def parse_shape(spec: str) -> list[int]:
     ``chain:L`` (L drafted tokens), ``batch:KxL`` and ``specinfer:KxL`` (K independent sequences of L
     tokens), ``kary:KxD`` and ``binary:D`` (full trees with D levels counting the root),
     ``erss_specinfer:K`` (ERSS's SpecInfer tree with K drafted tokens), ``eagle`` (EAGLE's sparse
-    tree) and ``parents:-1,0,0,1`` (an explicit parent list). Unknown specs raise ValueError.
+    tree) and ``parents:-1,0,0,1`` (an explicit parent list). Unknown specs raise ValueError, and so
+    do specs of more than `MAX_SHAPE_NODES` nodes (refused from `shape_size`, before any list is built).
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"a shape spec must be a string like 'chain:8'; got {spec!r}")
-    text = spec.strip().lower()
-    kind, _, arg = text.partition(":")
-
-    def ints(expected: int) -> list[int]:
-        parts = arg.split("x")
-        if len(parts) != expected or not all(p.strip().lstrip("-").isdigit() for p in parts):
-            form = {1: "N", 2: "KxN"}[expected]
-            raise ValueError(f"expected '{kind}:{form}' with integers")
-        return [int(p) for p in parts]
-
+    kind, args = _parse_spec(spec)
+    size = shape_size(spec)
+    if size > MAX_SHAPE_NODES:
+        raise ValueError(f"shape {spec!r} has {size} nodes, more than the limit MAX_SHAPE_NODES = {MAX_SHAPE_NODES}")
     try:
         if kind == "chain":
-            return chain_parents(ints(1)[0])
-        if kind == "batch":
-            return batch(*ints(2))
-        if kind == "specinfer":
-            return specinfer(*ints(2))
+            return chain_parents(args[0])
+        if kind in ("batch", "specinfer"):
+            return batch(*args)
         if kind == "kary":
-            return kary(*ints(2))
+            return kary(*args)
         if kind == "binary":
-            return binary(ints(1)[0])
+            return binary(args[0])
         if kind == "erss_specinfer":
-            return erss_specinfer(ints(1)[0])
-        if kind == "eagle" and not arg:
+            return erss_specinfer(args[0])
+        if kind == "eagle":
             return eagle_sparse()
-        if kind == "parents":
-            try:
-                values = [int(v) for v in arg.split(",")]
-            except ValueError:
-                raise ValueError("parents must be comma-separated integers") from None
-            return validate_parents(values)
+        try:
+            values = [int(v) for v in spec.strip().partition(":")[2].split(",")]
+        except ValueError:
+            raise ValueError("parents must be comma-separated integers") from None
+        return validate_parents(values)
     except ValueError as err:
         raise ValueError(f"shape {spec!r}: {err}") from None
-    raise ValueError(f"unknown shape {spec!r}; known forms: {', '.join(SHAPE_FORMS)}")
 
 
 # ----------------------------------------------------------------------------------------- subtrees
