@@ -1,0 +1,206 @@
+"""The claims registry: every claim a notebook reports, with who makes it, where, the rule that decides it
+and the test that shows the rule can fail.
+
+One TOML file per notebook (``claims/<notebook>.toml``): a ``[defaults]`` table and one ``[[claim]]`` table
+per claim. A notebook's claim row is matched to its entry by notebook and text prefix (``{field}`` parts of
+a prefix match anything, as in `catalogue.NOTEBOOK_RULES`); every row must match exactly one entry.
+`annotate` writes an entry's fields into claim records; `size_of` sets a gain beside the paper's gain.
+`entry_for` raises KeyError for a claim without an entry.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+CLAIMS_DIR = Path(__file__).with_name("claims")
+OWNERS = ("paper", "workbook")
+VALUE_SOURCES = ("paper", "workbook derivation", "none")
+KINDS = ("superiority", "noninferiority", "equivalence", "exact", "trend", "every", "threshold", "not_applicable")
+CHECKS = ("gain", "every_gain", "every_model_gap", "allof_model_gap", "allof_speedup", "speedup", "trend",
+          "vector_statistic", "identity", "exact", "threshold", "threshold_partly", "interval", "between", "ordering",
+          "dominance", "holm", "range", "growth", "not_applicable")
+"""How each rule is applied (the synthetic data of tests/test_claim_rules_fail.py is built per check)."""
+NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}]"
+RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
+                 "can_fail", "size_ratio", "size")
+"""The registry fields a claim record carries (`annotate`)."""
+_ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered claim (module docstring; docs of each field in claims/README in the TOML headers)."""
+
+    id: str
+    notebook: str
+    claim: str
+    owner: str
+    source: str
+    quantity: str
+    rule: str
+    check: str
+    parameters: Mapping[str, float] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    quote: str = ""
+    paper_setting: str = ""
+    our_setting: str = ""
+    differences: tuple[str, ...] = ()
+    paper_value_source: str = "paper"
+    paper_number: float | None = None
+    rule_revision: str = ""
+    history: tuple[Mapping[str, str], ...] = ()
+    can_fail: bool = True
+    defect: str = ""
+    proposed_rule: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def null_test(self) -> str:
+        return NULL_TEST.format(id=self.id)
+
+    def matches(self, notebook: str, claim_text: str) -> bool:
+        return notebook == self.notebook and _pattern(self.claim).match(claim_text) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(prefix: str) -> re.Pattern:
+    return re.compile("".join("(?:.*?)" if part.startswith("{") else re.escape(part)
+                              for part in re.split(r"(\{[^}]*\})", prefix)))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _entry(raw: Mapping[str, Any], defaults: Mapping[str, Any], notebook: str, path: Path) -> Entry:
+    data = {**defaults, **raw, "notebook": notebook}
+    where = f"{path.name}: claim {data.get('id', data.get('claim', '?'))!r}"
+    known = set(Entry.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
+    for name in ("id", "claim", "owner", "source", "quantity", "rule", "check"):
+        if not isinstance(data.get(name), str) or not data[name].strip():
+            raise ValueError(f"{where}: {name!r} must be a non-empty string")
+    if not _ID.match(data["id"]) or not data["id"].startswith(notebook[:2] + "."):
+        raise ValueError(f"{where}: id must look like '{notebook[:2]}.short_name'")
+    checks = {"owner": OWNERS, "rule": KINDS, "check": CHECKS, "paper_value_source": VALUE_SOURCES}
+    for name, allowed in checks.items():
+        if data.get(name, "paper") not in allowed:
+            raise ValueError(f"{where}: {name} {data.get(name)!r} is not one of {allowed}")
+    params = data.get("parameters", {})
+    if not isinstance(params, Mapping) or not all(_number(v) for v in params.values()):
+        raise ValueError(f"{where}: parameters must map names to finite numbers, got {params!r}")
+    if data.get("paper_number") is not None and not _number(data["paper_number"]):
+        raise ValueError(f"{where}: paper_number must be a number")
+    if data["owner"] == "workbook" and data.get("quote"):
+        raise ValueError(f"{where}: a workbook claim has no paper quote")
+    if not data.get("can_fail", True) and not (data.get("defect") and data.get("proposed_rule")):
+        raise ValueError(f"{where}: a rule that cannot fail needs a defect and a proposed_rule")
+    for h in data.get("history", ()):
+        missing = {"old_rule", "new_rule", "reason", "verdict_old", "verdict_new"} - set(h)
+        if missing:
+            raise ValueError(f"{where}: history item lacks {sorted(missing)}")
+    data["differences"] = tuple(data.get("differences", ()))
+    data["history"] = tuple(data.get("history", ()))
+    return Entry(**data)
+
+
+@functools.lru_cache(maxsize=None)
+def load_registry(directory: Path | str = CLAIMS_DIR) -> tuple[Entry, ...]:
+    """Every entry of every ``<notebook>.toml`` in ``directory`` (validated; ids unique)."""
+    directory = Path(directory)
+    paths = sorted(directory.glob("*.toml"))
+    if not paths:
+        raise ValueError(f"directory {directory} holds no registry files")
+    entries: list[Entry] = []
+    for path in paths:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+        defaults = data.get("defaults", {})
+        entries += [_entry(raw, defaults, path.stem, path) for raw in data.get("claim", [])]
+    ids = [e.id for e in entries]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate registry ids: {duplicates}")
+    return tuple(entries)
+
+
+def notebooks(entries: Iterable[Entry] | None = None) -> set[str]:
+    """The notebooks that have a registry file."""
+    return {e.notebook for e in (entries if entries is not None else load_registry())}
+
+
+def entry_for(notebook: str, claim_text: str, entries: Iterable[Entry] | None = None) -> Entry:
+    """The one entry of ``notebook``'s claim ``claim_text``: KeyError when none matches, ValueError when
+    several do."""
+    if not isinstance(notebook, str) or not isinstance(claim_text, str):
+        raise TypeError("notebook and claim_text must be strings")
+    found = [e for e in (entries if entries is not None else load_registry()) if e.matches(notebook, claim_text)]
+    if not found:
+        raise KeyError(f"claim {claim_text!r} of {notebook} has no registry entry (specdec_lib/verdicts/claims/)")
+    if len(found) > 1:
+        raise ValueError(f"claim {claim_text!r} of {notebook} matches several entries: {[e.id for e in found]}")
+    return found[0]
+
+
+_GAIN = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)%\s*(?:\[\s*([+-]?\d+(?:\.\d+)?)\s*,\s*([+-]?\d+(?:\.\d+)?)\s*\])?")
+
+
+def size_of(ours: str, paper_number: float) -> dict[str, Any] | None:
+    """Our gain beside the paper's: ``ours`` a gain as the notebooks print it (``"+6.95% [+4.33, +9.98]"``),
+    ``paper_number`` the paper's gain as a fraction (0.0336). Returns ``{"size_ratio": [ratio, low, high],
+    "size": ...}`` with ratio = ours / paper (its CI from our CI; low/high None without one) and size
+    "smaller" (ratio < 1/2), "comparable" (within a factor of 2) or "larger" (> 2); None when ``ours`` is not
+    a gain."""
+    if not isinstance(ours, str):
+        raise TypeError(f"ours must be a string, got {type(ours).__name__}")
+    if not _number(paper_number) or paper_number == 0:
+        raise ValueError(f"paper_number must be a non-zero finite number, got {paper_number!r}")
+    m = _GAIN.match(ours)
+    if m is None:
+        return None
+    est = float(m.group(1)) / 100 / paper_number
+    ci = sorted(float(m.group(i)) / 100 / paper_number for i in (2, 3)) if m.group(2) else [None, None]
+    size = "smaller" if est < 0.5 else "larger" if est > 2 else "comparable"
+    return {"size_ratio": [round(est, 4), *(None if c is None else round(c, 4) for c in ci)], "size": size}
+
+
+def record_fields(entry: Entry, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry fields of ``entry`` for its claim record ``record`` (`RECORD_FIELDS`; size only for gain
+    claims with a paper number)."""
+    out = {"id": entry.id, "owner": entry.owner, "source": entry.source, "quote": entry.quote, "rule": entry.rule,
+           "parameters": dict(entry.parameters), "null_test": entry.null_test,
+           "paper_value_source": entry.paper_value_source, "can_fail": entry.can_fail}
+    if entry.paper_number is not None:
+        size = size_of(str(record.get("ours", "")), entry.paper_number)
+        if size is not None:
+            out.update(size)
+    return out
+
+
+def annotate(records: Iterable[Mapping[str, Any]], notebook: str, strict: bool = True,
+             entries: Iterable[Entry] | None = None) -> list[dict[str, Any]]:
+    """``records`` (claim dicts) with their entry's fields added; text, values and verdicts untouched.
+    ``strict``: a record without an entry raises KeyError (else it is returned unchanged)."""
+    entries = tuple(entries) if entries is not None else load_registry()
+    out = []
+    for r in records:
+        try:
+            entry = entry_for(notebook, r["claim"], entries)
+        except KeyError:
+            if strict:
+                raise
+            out.append(dict(r))
+            continue
+        out.append({**r, **record_fields(entry, r)})
+    return out
+
+
+__all__ = ["Entry", "CLAIMS_DIR", "OWNERS", "KINDS", "CHECKS", "RECORD_FIELDS", "load_registry", "notebooks",
+           "entry_for", "size_of", "record_fields", "annotate"]
