@@ -25,7 +25,7 @@ CONTRACT = textwrap.dedent("""
     from specdec_lib.theory import sequoia_tree
 
     assert sorted(VERIFIERS) == sorted(["token", "asps", "block", "greedy_block", "traversal", "erss",
-                                        "spectr", "match"])
+                                        "spectr", "match", "hsd"])
     tree = DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]),
                      torch.tensor([[.5, .5], [0., 0.]]), torch.tensor([[.5, .5], [.5, .5]]), sampling="iid", race=None)
     v = verify("block", tree, torch.Generator().manual_seed(0))
