@@ -263,17 +263,30 @@ def _run_section(nb_rows: list[dict[str, Any]], counts: Mapping[str, int]) -> li
 
 
 def _paper_counts_section(claim_rows: list[dict[str, Any]]) -> list[str]:
-    """The "Verdicts by paper" section: one row of verdict counts per paper, then all papers."""
+    """The "Verdicts by paper" section: one row of verdict counts per paper, then all papers, over the papers'
+    claims only (registry owner "paper", or none recorded); then the workbook's own claims (owner "workbook":
+    its derivations, fixtures and measurements of its own machinery), counted and listed apart."""
     out = []
-    papers = list(dict.fromkeys(r["paper"] for r in claim_rows))
+    own = [r for r in claim_rows if r.get("owner") == "workbook"]
+    paper_rows = [r for r in claim_rows if r.get("owner") != "workbook"]
+    papers = list(dict.fromkeys(r["paper"] for r in paper_rows))
     out.append("<h2>Verdicts by paper</h2><table class='counts' id='paper-counts'><tr><th>paper</th>"
                + "".join(f"<th>{html.escape(v)}</th>" for v in VERDICTS) + "<th>total</th></tr>")
     for paper in papers + ["all papers"]:
-        rows = claim_rows if paper == "all papers" else [r for r in claim_rows if r["paper"] == paper]
+        rows = paper_rows if paper == "all papers" else [r for r in paper_rows if r["paper"] == paper]
         cells = "".join(f"<td>{sum(r['verdict'] == v for r in rows) or ''}</td>" for v in VERDICTS)
         tag = "th" if paper == "all papers" else "td"
         out.append(f"<tr><{tag} style='text-align:left'>{_cell(paper)}</{tag}>{cells}<td>{len(rows)}</td></tr>")
     out.append("</table>")
+    if own:
+        counts = ", ".join(f"{html.escape(v)}: {n}" for v in VERDICTS if (n := sum(r["verdict"] == v for r in own)))
+        out.append(f"<h3>The workbook's own claims</h3><div id='workbook-claims'><p>{len(own)} claims are the "
+                   f"workbook's, not a paper's (not counted above): {counts}.</p><table><tr><th>notebook</th>"
+                   "<th>claim</th><th>ours</th><th>verdict</th></tr>")
+        for r in own:
+            out.append(f"<tr><td>{_cell(r['notebook'])}</td><td>{_cell(r['claim'])}</td><td>{_cell(r['ours'])}</td>"
+                       f"{_verdict_cell(r['verdict'])}</tr>")
+        out.append("</table></div>")
     return out
 
 

@@ -54,7 +54,13 @@ _LIBRARIES = ("torch", "transformers", "numpy", "pandas", "scipy", "papermill", 
 
 @dataclass(frozen=True)
 class Claim:
-    """One checked claim of a paper: the paper's value beside ours and a verdict from `VERDICTS`."""
+    """One checked claim of a paper: the paper's value beside ours and a verdict from `VERDICTS`.
+
+    The fields after ``notes`` come from the claims registry (`specdec_lib.verdicts.registry`, written by
+    `save_claims`): the entry's ``id``, ``owner`` ("paper" or "workbook"), ``source`` and ``quote`` in the paper,
+    the ``rule`` kind and its ``parameters``, the ``null_test`` that shows the rule fails without the effect,
+    where the paper value comes from (``paper_value_source``), ``can_fail`` and, for gain claims with a paper
+    number, ``size_ratio`` (ours / paper [low, high]) and ``size``. Empty for a claim outside the registry."""
 
     paper: str
     claim: str
@@ -62,6 +68,17 @@ class Claim:
     ours: str
     verdict: str
     notes: str = ""
+    id: str = ""
+    owner: str = ""
+    source: str = ""
+    quote: str = ""
+    rule: str = ""
+    parameters: dict | None = None
+    null_test: str = ""
+    paper_value_source: str = ""
+    can_fail: bool | None = None
+    size_ratio: list | None = None
+    size: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -69,6 +86,21 @@ class Claim:
         for name in ("paper", "claim"):
             if not str(getattr(self, name)).strip():
                 raise ValueError(f"claim record needs a non-empty {name!r}")
+        if self.owner not in ("", "paper", "workbook"):
+            raise ValueError(f"owner must be 'paper' or 'workbook', got {self.owner!r}")
+
+
+CLAIM_FIELDS = ("paper", "claim", "paper_value", "ours", "verdict", "notes")
+"""The fields every claim record has; the others are the registry's (`Claim`)."""
+
+
+def _record(claim_record: Claim) -> dict[str, Any]:
+    """A claim as written to a claims file: its own fields and, for a registered claim (an ``id``), the registry's
+    (the size fields only where set)."""
+    record = asdict(claim_record)
+    if not claim_record.id:
+        return {k: record[k] for k in CLAIM_FIELDS}
+    return {k: v for k, v in record.items() if not (k in ("size_ratio", "size") and v in ("", None))}
 
 
 def _text(value: Any) -> str:
@@ -280,17 +312,29 @@ def _jsonable(obj: Any) -> Any:
 
 # ----------------------------------------------------------------------------------------- saving
 
-def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], directory: Path | str | None = None
-                ) -> None:
+def save_claims(notebook: str, claims: Iterable[Claim | Mapping[str, Any]], directory: Path | str | None = None,
+                strict: bool | None = None) -> None:
     """Save a notebook's claim records as ``<directory>/<notebook>.json`` (atomically). Returns nothing: it is
     a notebook's last line, where a returned path would be printed into the report (the runner's staging
-    folder)."""
+    folder).
+
+    The claims of a notebook with a registry file get their registry fields (`verdicts.registry.annotate`).
+    ``strict`` (default: the claims go to `claims_dir` outside the smoke profile, as a notebook's do): a claim
+    of such a notebook without a registry entry raises KeyError. Smoke runs use toy sizes the registry does not
+    list, so they are annotated where an entry matches."""
     records = []
     for c in claims:
         record = c if isinstance(c, Claim) else Claim(**dict(c))
         records.append(asdict(record))
     if not records:
         raise ValueError(f"notebook {notebook!r} produced no claim records")
+    from ..verdicts import registry  # the verdicts package imports this module
+
+    if strict is None:
+        strict = directory is None and not _smoke()
+    if notebook in registry.notebooks():
+        records = registry.annotate(records, notebook, strict=strict)
+    records = [_record(Claim(**r)) for r in records]
     payload = {"notebook": notebook, "claims": records, "provenance": provenance()}
     path = Path(directory) if directory is not None else claims_dir()
     atomic_write_text(path / f"{notebook}.json", json.dumps(payload, indent=1))
@@ -303,7 +347,7 @@ def load_claims(path: Path | str) -> list[dict[str, Any]]:
 
 def claims_of(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The validated claim records of a payload with a ``claims`` list (a claims file, a data-seed check)."""
-    return [asdict(Claim(**r)) for r in payload["claims"]]
+    return [_record(Claim(**r)) for r in payload["claims"]]
 
 
 def save_results(name: str, frame_or_dict: Any, params: Mapping[str, Any] | None = None,
@@ -330,6 +374,6 @@ def save_results(name: str, frame_or_dict: Any, params: Mapping[str, Any] | None
     return path
 
 
-__all__ = ["VERDICTS", "PAPERS", "Claim", "claim", "not_applicable", "verdict_from_ci", "claims_dir",
+__all__ = ["VERDICTS", "PAPERS", "Claim", "CLAIM_FIELDS", "claim", "not_applicable", "verdict_from_ci", "claims_dir",
            "results_dir", "atomic_write_text", "git_revision", "library_versions", "machine", "provenance",
            "save_claims", "load_claims", "save_results"]

@@ -38,8 +38,14 @@ Monte Carlo integrals it was computed from (e.g. 03's index laws), which the boo
 pairs that are equal (in law given every tree, or in expectation) with the theorem and the test that
 proves it, so a "+0.00% [-0.00, +0.00]" row is read as an identity, not as a measured tie.
 
+`registry` holds every claim the notebooks report (claims/<notebook>.toml): its id, owner (paper or
+workbook), source, quote, settings, rule and parameters, the test that shows the rule fails without the
+effect, and for rules that cannot fail the defect and a proposed rule; `annotate` writes these fields into
+claim records, `size_of` sets a gain beside the paper's.
+
 Modules: `rules` (the written rules), `decisions` (estimate + CI -> verdict), `checks` (rules applied to
-stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook claim -> rule, ties).
+stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook claim -> rule, ties),
+`registry` (the claims registry).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from .decisions import (Decision, cells_significantly_above, decide_directional,
                         decide_exact, decide_trend, power_statement)
 from .recording import SEED_DEPENDENT, STABLE_MARK, checked_claim, evaluate, seed_stability, to_claim
 from .rules import MIN_EFFECT, PARTLY, RULES, Rule
+from . import registry
+from .registry import annotate, entry_for, load_registry, size_of
 
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
@@ -60,4 +68,4 @@ __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directio
            "VectorStatisticCheck", "SpeedupCheck",
            "first_level_decision", "convergence_start",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
-           "rule_entry", "rule_for", "TIES"]
+           "rule_entry", "rule_for", "TIES", "registry", "load_registry", "entry_for", "annotate", "size_of"]

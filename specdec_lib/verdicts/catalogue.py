@@ -1,5 +1,10 @@
 """Which rule decides each notebook claim (`NOTEBOOK_RULES`, `rule_for`) and the table of ties: method
-pairs equal in law or in expectation, with the theorem and the test that proves it (`TIES`)."""
+pairs equal in law or in expectation, with the theorem and the test that proves it (`TIES`).
+
+`NOTEBOOK_RULES` maps the claim texts as the notebooks' code writes them (f-string fields kept) to a rule
+kind; the claims registry (`registry`) holds every reported claim with its rule kind, parameters and null
+test, and its kind agrees with `rule_for` for every reported claim (tests/test_claim_registry.py).
+`registry_entry` finds a claim's registry entry."""
 
 from __future__ import annotations
 
@@ -142,6 +147,13 @@ def rule_entry(claim_text: str, notebook: str | None = None) -> tuple[str, str, 
 def rule_for(claim_text: str, notebook: str | None = None) -> str:
     """The rule kind of a notebook claim, by its text (and notebook)."""
     return rule_entry(claim_text, notebook)[3]
+
+
+def registry_entry(claim_text: str, notebook: str):
+    """The claims-registry entry (`registry.Entry`) of a notebook's claim, by its notebook and text."""
+    from .registry import entry_for
+
+    return entry_for(notebook, claim_text)
 
 
 # ----------------------------------------------------------------------------------------- ties
