@@ -38,6 +38,7 @@ from typing import Callable, Generator, Sequence
 
 import torch
 
+from .arguments import ArgumentTypeError, check_int
 from .tree import SAMPLING_MODES, DraftTree, parent_children, parent_depths, validate_parents
 from .verifiers.base import check_generator
 
@@ -169,8 +170,8 @@ def draw_children(q: torch.Tensor, k: int, sampling: str, generator: torch.Gener
     """Draw ``k`` ordered children from the draft row ``q`` (module docstring); returns the tokens
     (LongTensor [k]) and, for ``race``, the node's arrival times (float64 [V], written into
     ``race_out`` when given)."""
-    if sampling not in SAMPLING_MODES:
-        raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+    _check_sampling(sampling)
+    k = check_int("k", k, 0)
     check_generator(generator)
     vocab = q.shape[0]
     if sampling == "iid":
@@ -220,9 +221,15 @@ class Forest:
         return [p.with_target(target_probs[idx]) for p, idx in zip(self.pieces, self.index)]
 
 
-def _checked_shape(shape_parents: Sequence[int], sampling: str, generator: torch.Generator) -> list[int]:
+def _check_sampling(sampling) -> None:
+    if not isinstance(sampling, str):
+        raise ArgumentTypeError(f"sampling must be a mode name, got {sampling!r:.60}; one of {SAMPLING_MODES}")
     if sampling not in SAMPLING_MODES:
         raise ValueError(f"unknown sampling mode {sampling!r}; expected one of {SAMPLING_MODES}")
+
+
+def _checked_shape(shape_parents: Sequence[int], sampling: str, generator: torch.Generator) -> list[int]:
+    _check_sampling(sampling)
     check_generator(generator)
     parents = validate_parents(shape_parents)
     depths = parent_depths(parents)
@@ -258,6 +265,7 @@ def forest_draws(arms: Sequence[tuple[Sequence[int], str, torch.Generator]], roo
     returns the `Forest` (``StopIteration.value``). The draws are `draw_forest`'s."""
     if not arms:
         raise ValueError("arms must hold at least one (shape parents, sampling, generator)")
+    root_token = check_int("root_token", root_token, 0)
     shapes = [_checked_shape(*arm) for arm in arms]
     depths = [parent_depths(parents) for parents in shapes]
     children = [parent_children(parents) for parents in shapes]

@@ -21,17 +21,20 @@ the first ``horizon`` emitted tokens is a finite sum:
 tree-law is exact given the races and the races are averaged by Monte Carlo (H2's drafting).
 
 ``verifier`` arguments are a registered name (``"block"``) or a `Verifier` object (e.g. a
-deliberately broken variant built in a test).
+deliberately broken variant built in a test). Enumeration is refused above `MAX_DRAFTED_TREES` /
+`MAX_LAW_CELLS`, bounds computed from V, the shape and the sampling before anything is enumerated.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
 import torch
 
+from .arguments import ArgumentTypeError, check_int, check_seed
 from .models.synthetic import ToyLM
 from .tree import DraftTree, parent_children, validate_parents
 from .verifiers import get_verifier
@@ -39,11 +42,17 @@ from .verifiers.base import NextStateFn, Verdict, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
 ENUMERABLE_SAMPLING = ("iid", "without_replacement", "topk")
+MAX_DRAFTED_TREES = 2 * 10 ** 6
+"""The most drafted trees one enumeration may hold (an upper bound, `drafted_tree_bound`, computed
+before enumerating: V^N for N iid drafted nodes, falling factorials without replacement, 1 for topk)."""
+MAX_LAW_CELLS = 10 ** 8
+"""The most law cells one enumeration may visit: drafted trees x nodes x V (each tree's law is [N+1, V])."""
 
 __all__ = [
     "enumerate_drafts", "sample_tree", "step_emitted_law", "step_output_law", "multistep_output_law",
     "target_law", "max_abs_diff", "accepted_length_law", "expected_step_tokens",
-    "sample_output_counts", "sample_multistep_counts", "chi_square_pvalue",
+    "sample_output_counts", "sample_multistep_counts", "chi_square_pvalue", "drafted_tree_bound",
+    "MAX_DRAFTED_TREES", "MAX_LAW_CELLS",
 ]
 
 
@@ -54,23 +63,78 @@ def _resolve(verifier: str | Verifier) -> Verifier:
         return verifier
     if isinstance(verifier, str):
         return get_verifier(verifier)
-    raise TypeError(f"verifier must be a name or a Verifier, got {type(verifier).__name__}")
+    raise ArgumentTypeError(f"verifier must be a name or a Verifier, got {verifier!r:.60} ({type(verifier).__name__})")
+
+
+def _check_lm(name: str, lm) -> int:
+    """The vocabulary size of the toy LM ``lm``; `ArgumentTypeError` naming ``name`` unless it has
+    ``probs(context)`` and an integer ``vocab_size`` >= 1 (a `models.LanguageModel` has no exact law)."""
+    if isinstance(lm, (str, bytes)) or not callable(getattr(lm, "probs", None)) or not hasattr(lm, "vocab_size"):
+        raise ArgumentTypeError(f"{name} must be a toy LM with probs(context) and vocab_size "
+                                f"(specdec_lib.models.synthetic), got {lm!r:.60} ({type(lm).__name__})")
+    return check_int(f"{name}.vocab_size", lm.vocab_size, 1)
+
+
+def _row(lm, context: tuple[int, ...], name: str = "model") -> torch.Tensor:
+    """``lm.probs(context)``, refused unless it is a 1-D row of exactly ``vocab_size`` entries (a short row
+    would make every law a law over the wrong vocabulary)."""
+    row = lm.probs(context)
+    if not isinstance(row, torch.Tensor) or tuple(row.shape) != (lm.vocab_size,):
+        shape = tuple(row.shape) if isinstance(row, torch.Tensor) else type(row).__name__
+        raise ValueError(f"{name} {type(lm).__name__}: probs({context}) has shape {shape}, expected "
+                         f"[vocab_size] = [{lm.vocab_size}]")
+    return row
 
 
 def _check_pair(target: ToyLM, draft: ToyLM) -> None:
-    if target.vocab_size != draft.vocab_size:
-        raise ValueError(f"draft vocabulary {draft.vocab_size} differs from target vocabulary "
-                         f"{target.vocab_size}")
+    vt, vd = _check_lm("target", target), _check_lm("draft", draft)
+    if vt != vd:
+        raise ValueError(f"draft vocabulary {vd} differs from target vocabulary {vt}")
 
 
 def _check_prefix(prefix: Sequence[int], vocab_size: int) -> tuple[int, ...]:
-    prefix = tuple(int(t) for t in prefix)
+    if isinstance(prefix, (str, bytes)) or not hasattr(prefix, "__iter__"):
+        raise ArgumentTypeError(f"prefix must be a sequence of token ids, got {prefix!r:.60}")
+    prefix = tuple(t if type(t) is int else check_int(f"prefix[{i}]", t) for i, t in enumerate(prefix))
     if not prefix:
         raise ValueError("prefix must hold at least one token (its last token is the tree's root)")
     for t in prefix:
         if not 0 <= t < vocab_size:
             raise ValueError(f"prefix token {t} out of range [0, {vocab_size})")
     return prefix
+
+
+def _check_horizon(horizon, vocab_size: int | None = None) -> int:
+    """``horizon`` as an int >= 0; with ``vocab_size``, refused when the V^horizon outcomes of a law
+    exceed `MAX_LAW_CELLS`."""
+    horizon = check_int("horizon", horizon, 0)
+    if vocab_size is not None and vocab_size ** horizon > MAX_LAW_CELLS:
+        raise ValueError(f"horizon {horizon} over {vocab_size} tokens gives up to {vocab_size ** horizon:.3g} "
+                         f"outcomes, more than the limit MAX_LAW_CELLS = {MAX_LAW_CELLS:.0e}")
+    return horizon
+
+
+def drafted_tree_bound(parents: Sequence[int], vocab_size: int, sampling: str) -> int:
+    """An upper bound on the trees of shape ``parents`` `enumerate_drafts` can produce over ``vocab_size``
+    tokens: V^k iid children per node, V (V-1) ... (V-k+1) without replacement, one for topk."""
+    kids = Counter(int(p) for p in list(parents)[1:])
+    if sampling == "topk":
+        return 1
+    if sampling == "iid":
+        return vocab_size ** sum(kids.values())
+    return math.prod(math.perm(vocab_size, k) if k <= vocab_size else 0 for k in kids.values())
+
+
+def _check_enumeration(parents: list[int], vocab_size: int, sampling: str) -> None:
+    """ValueError, before any enumeration, when the bound on drafted trees or law cells is over the limits."""
+    trees = drafted_tree_bound(parents, vocab_size, sampling)
+    cells = trees * len(parents) * vocab_size
+    if trees > MAX_DRAFTED_TREES or cells > MAX_LAW_CELLS:
+        raise ValueError(
+            f"a shape of {len(parents)} nodes drafted {sampling!r} over {vocab_size} tokens can give up to "
+            f"{trees:.3g} drafted trees ({cells:.3g} law cells), more than the limits MAX_DRAFTED_TREES = "
+            f"{MAX_DRAFTED_TREES} / MAX_LAW_CELLS = {MAX_LAW_CELLS:.0e}: use a smaller tree or vocabulary, "
+            f"or sample (sample_output_counts)")
 
 
 def _rooted(draft: ToyLM, prefix: tuple[int, ...]) -> ToyLM:
@@ -133,8 +197,8 @@ def _build_tree(target: ToyLM, draft: ToyLM, prefix: tuple[int, ...], parents: l
     return DraftTree(
         tokens=torch.tensor(tokens, dtype=torch.long),
         parents=torch.tensor(parents, dtype=torch.long),
-        draft_probs=torch.stack([draft.probs(c) for c in contexts]),
-        target_probs=torch.stack([target.probs(c) for c in contexts]),
+        draft_probs=torch.stack([_row(draft, c, "draft") for c in contexts]),
+        target_probs=torch.stack([_row(target, c, "target") for c in contexts]),
         sampling=sampling,
     )
 
@@ -151,8 +215,9 @@ def enumerate_drafts(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents
     _check_pair(target, draft)
     _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    draft = _rooted(draft, prefix)
     parents = validate_parents(parents)
+    _check_enumeration(parents, target.vocab_size, sampling)
+    draft = _rooted(draft, prefix)
     kids = parent_children(parents)
     n = len(parents)
     partial: list[tuple[float, list[int], list[tuple[int, ...]]]] = [
@@ -162,7 +227,7 @@ def enumerate_drafts(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents
             continue
         grown = []
         for prob, tokens, contexts in partial:
-            q = draft.probs(contexts[node]).tolist()
+            q = _row(draft, contexts[node], "draft").tolist()
             for combo, pc in _child_sets(q, len(kids[node]), sampling):
                 if pc <= 0.0:
                     continue
@@ -192,7 +257,7 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
         k = len(kids[node])
         if not k:
             continue
-        q = draft.probs(contexts[node])
+        q = _row(draft, contexts[node], "draft")
         if sampling == "iid":
             combo = [_draw(q, generator) for _ in range(k)]
         elif sampling == "topk":
@@ -223,14 +288,13 @@ def sample_tree(target: ToyLM, draft: ToyLM, prefix: Sequence[int], parents: Seq
 
 def target_law(target: ToyLM, prefix: Sequence[int], horizon: int) -> Law:
     """Law of the next ``horizon`` tokens the target samples after ``prefix`` (zeros left out)."""
-    prefix = tuple(int(t) for t in prefix)
-    if horizon < 0:
-        raise ValueError(f"horizon must be >= 0, got {horizon}")
+    prefix = _check_prefix(prefix, _check_lm("target", target))
+    horizon = _check_horizon(horizon, target.vocab_size)
     law: Law = {(): 1.0}
     for _ in range(horizon):
         grown: Law = {}
         for seq, prob in law.items():
-            row = target.probs(prefix + seq).tolist()
+            row = _row(target, prefix + seq, "target").tolist()
             for t, pt in enumerate(row):
                 if pt > 0.0:
                     grown[seq + (t,)] = prob * pt
@@ -282,7 +346,9 @@ def step_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefi
                     state: Any = None) -> Law:
     """Exact law of the first ``horizon`` tokens of one step whose output is continued by the
     target (Block Verification Lemma 2): equals `target_law` iff the step is lossless."""
+    _check_pair(target, draft)
     prefix = _check_prefix(prefix, target.vocab_size)
+    horizon = _check_horizon(horizon, target.vocab_size)
     emitted = step_emitted_law(verifier, target, draft, prefix, parents, sampling, state)
     return _continue(emitted, target, prefix, horizon)
 
@@ -303,7 +369,12 @@ def multistep_output_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
     or ``None`` for stateless verifiers). Equals `target_law` iff the loop is lossless.
     """
     v = _resolve(verifier)
+    _check_pair(target, draft)
+    _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
+    horizon = _check_horizon(horizon, target.vocab_size)
+    parents = validate_parents(parents)
+    _check_enumeration(parents, target.vocab_size, sampling)
     step_state = next_state if next_state is not None else _default_next_state(v)
     drafts: dict[tuple[int, ...], list] = {}
     memo: dict[tuple, Law] = {}
@@ -351,6 +422,7 @@ def accepted_length_law(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
                         state: Any = None) -> list[float]:
     """``P(tau = t)`` for t = 0..depth, averaged over drafts (tau = accepted draft tokens)."""
     v = _resolve(verifier)
+    parents = validate_parents(parents)
     depth = max((len(_path(parents, i)) for i in range(len(parents))), default=0)
     out = [0.0] * (depth + 1)
     for pd, tree in enumerate_drafts(target, draft, prefix, parents, sampling):
@@ -393,7 +465,7 @@ def _draw(row: torch.Tensor, generator: torch.Generator) -> int:
 def _continue_sample(target: ToyLM, context: tuple[int, ...], tokens: list[int], horizon: int,
                      generator: torch.Generator) -> tuple[int, ...]:
     while len(tokens) < horizon:
-        tokens.append(_draw(target.probs(context + tuple(tokens)), generator))
+        tokens.append(_draw(_row(target, context + tuple(tokens), "target"), generator))
     return tuple(tokens[:horizon])
 
 
@@ -403,8 +475,12 @@ def sample_output_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
     """Counts of the first ``horizon`` tokens over ``n`` sampled steps (draft, verify with the
     verifier's sampler, continue with the target), one seeded generator for everything."""
     v = _resolve(verifier)
+    _check_pair(target, draft)
+    _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    gen = torch.Generator().manual_seed(seed)
+    horizon, n = _check_horizon(horizon), check_int("n", n, 1)
+    parents = validate_parents(parents)
+    gen = torch.Generator().manual_seed(check_seed("seed", seed))
     trees: dict = {}
     checked: set = set()
     counts: Counter = Counter()
@@ -424,8 +500,12 @@ def sample_multistep_counts(verifier: str | Verifier, target: ToyLM, draft: ToyL
     """Counts of the first ``horizon`` tokens of ``n`` runs of the decode loop, threading
     ``verdict.state`` from step to step (the sampling counterpart of `multistep_output_law`)."""
     v = _resolve(verifier)
+    _check_pair(target, draft)
+    _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    gen = torch.Generator().manual_seed(seed)
+    horizon, n = _check_horizon(horizon), check_int("n", n, 1)
+    parents = validate_parents(parents)
+    gen = torch.Generator().manual_seed(check_seed("seed", seed))
     trees: dict = {}
     counts: Counter = Counter()
     for _ in range(n):

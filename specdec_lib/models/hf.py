@@ -29,7 +29,8 @@ from .cpu_linear import use_small_batch_linear
 from .kv_cache import with_cache
 from .names import OFFLINE_NAMES
 
-__all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device"]
+__all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device",
+           "check_tokenizer_files"]
 
 HUB_TIMEOUT_S = 10.0
 """Seconds the one hub lookup of `load_hf` may take before the model counts as unreachable."""
@@ -41,14 +42,38 @@ _DTYPES = {
 }
 
 
+_MODEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+"""Device types a model can be loaded on (``meta`` holds no weights; others are not supported here)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """``"bfloat16"`` / ``torch.bfloat16`` / None -> torch dtype or None."""
-    if dtype is None or isinstance(dtype, torch.dtype):
+    """``"bfloat16"`` / ``torch.bfloat16`` / None -> torch dtype or None. ValueError naming ``dtype``
+    for a dtype a model cannot compute in here (``torch.float8_e4m3fn``, integer or complex dtypes)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _MODEL_DTYPES:
+            raise ValueError(f"dtype {dtype} is not supported for a model; expected one of "
+                             f"{[str(d) for d in _MODEL_DTYPES]} or a name of {sorted(_DTYPES)}")
         return dtype
+    if not isinstance(dtype, str):
+        raise ValueError(f"dtype must be a torch dtype or a name, got {dtype!r} ({type(dtype).__name__}); "
+                         f"expected one of {sorted(_DTYPES)}")
     try:
-        return _DTYPES[str(dtype).lower()]
+        return _DTYPES[dtype.lower()]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+def check_tokenizer_files(directory: Path) -> None:
+    """ValueError unless the model folder ``directory`` holds a tokenizer (one of `TOKENIZER_FILES`);
+    without one, transformers' own error is a misleading hint to install sentencepiece."""
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"model folder {str(directory)!r} has no tokenizer files (none of "
+                         f"{', '.join(TOKENIZER_FILES)}); save the tokenizer there too "
+                         f"(tokenizer.save_pretrained(folder))")
 
 
 def resolve_device(device) -> torch.device:
@@ -61,6 +86,11 @@ def resolve_device(device) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
         raise ValueError(f"device {device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {exc}") from None
+    if dev.type == "meta":
+        raise ValueError(f"device {str(device)!r}: a meta device holds no weights, so a model there cannot "
+                         f"generate; use one of {DEVICE_TYPES}")
+    if dev.type not in DEVICE_TYPES:
+        raise ValueError(f"device {str(device)!r}: device type {dev.type!r} is not supported; use one of {DEVICE_TYPES}")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
@@ -421,9 +451,6 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     `HUB_TIMEOUT_S` timeout, so an unknown name or an unreachable hub is a ValueError within seconds
     that lists the offline names. Works offline (``HF_HUB_OFFLINE=1``) for models already in the cache.
     """
-    # lazy: transformers takes seconds to import; only model loading needs it
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
         raise ValueError(f"name_or_path must be an HF id or a directory, got {name_or_path!r}")
     torch_dtype = resolve_dtype(dtype)
@@ -439,12 +466,13 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     text = str(name_or_path)
     path = Path(text).expanduser()
     local = path.is_dir()
-    if not local:
+    if local:
+        check_tokenizer_files(path)
+    else:
         if path.exists():
             raise ValueError(f"could not load model {text!r}: it is a file, not a model directory")
         if isinstance(name_or_path, Path) or text.startswith((".", "/", "~", "\\")) or text.count("/") > 1:
             raise ValueError(f"could not load model {text!r}: no such directory; {_offline_names()}")
-        # lazy: hub access is optional (offline use never touches it)
         # lazy: hub access is optional (offline use never touches it)
         from huggingface_hub.errors import HFValidationError
         from huggingface_hub.utils import validate_repo_id
@@ -454,6 +482,9 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
         except HFValidationError as exc:
             raise ValueError(f"could not load model {text!r}: neither a directory nor a valid HF id ({exc}); "
                              f"{_offline_names()}") from None
+    # lazy: transformers takes seconds to import; only model loading needs it (bad arguments fail before)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         with quiet_loading():
             try:  # a local directory, or a hub id already in the HF cache: no network

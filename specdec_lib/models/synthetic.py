@@ -26,6 +26,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
+from ..arguments import check_int, check_real
+
 __all__ = ["ToyLM", "ContextIndependentLM", "MarkovLM", "TabularLM", "random_markov_pair", "tempered",
            "FeatureToyDraft"]
 
@@ -51,8 +53,9 @@ class ToyLM(ABC):
     """
 
     def __init__(self, vocab_size: int, eos_token_id: int | None = None):
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        vocab_size = check_int("vocab_size", vocab_size, 1)
+        if eos_token_id is not None:
+            eos_token_id = check_int("eos_token_id", eos_token_id)
         if eos_token_id is not None and not 0 <= eos_token_id < vocab_size:
             raise ValueError(f"eos_token_id {eos_token_id} out of range [0, {vocab_size})")
         self.vocab_size = int(vocab_size)
@@ -75,6 +78,10 @@ class ToyLM(ABC):
                 row = self._eos_row
             else:
                 row = self._next(key)
+                if not isinstance(row, torch.Tensor) or tuple(row.shape) != (self.vocab_size,):
+                    shape = tuple(row.shape) if isinstance(row, torch.Tensor) else type(row).__name__
+                    raise ValueError(f"{type(self).__name__}: the row after {key} has shape {shape}, but "
+                                     f"vocab_size is {self.vocab_size} (every row must have vocab_size entries)")
             self._cache[key] = row
         return row
 
@@ -152,8 +159,7 @@ class _TemperedLM(ToyLM):
 def tempered(lm: ToyLM, temperature: float) -> ToyLM:
     """``lm`` at temperature T: ``p^(1/T)`` renormalised; T = 0 gives the one-hot argmax (first
     maximal token on ties); T = 1 returns ``lm`` itself. Zeros stay zeros for every T."""
-    if not temperature >= 0.0 or temperature != temperature:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    temperature = check_real("temperature", temperature, 0.0)
     if temperature == 1.0:
         return lm
     return _TemperedLM(lm, temperature)
