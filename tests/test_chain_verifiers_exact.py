@@ -1,6 +1,8 @@
-"""Losslessness of the chain verifiers (token, asps, block, greedy_block) by exact enumeration and by
-chi-square tests of their samplers, with deliberately broken variants that must fail the same tests;
-relations between verifiers, edge cases, and the harness (`specdec_lib.exact`) and toy LMs themselves.
+"""Losslessness on chains with i.i.d. drafts of every registered verifier that declares ``("chain", "iid")``
+(``Verifier.accepts``; no table of names) by exact enumeration over many toy pairs and chain lengths, and
+of the chain verifiers (token, asps, block, greedy_block) by chi-square tests of their samplers, with
+deliberately broken variants that must fail the same tests; relations between verifiers, edge cases,
+and the harness (`specdec_lib.exact`) and toy LMs themselves.
 """
 
 from __future__ import annotations
@@ -15,15 +17,25 @@ import torch
 from specdec_lib import exact
 from specdec_lib.models.synthetic import (ContextIndependentLM, MarkovLM, TabularLM, random_markov_pair,
                                           tempered)
-from specdec_lib.tree import DraftTree, chain_parents
-from specdec_lib.verifiers import VERIFIERS, exact_law, verify
+from specdec_lib.tree import SAMPLING_MODES, DraftTree, chain_parents
+from specdec_lib.verifiers import VERIFIERS, declared_pairs, exact_law, verify
 from specdec_lib.verifiers import block as block_mod
 from specdec_lib.verifiers import greedy_block as greedy_mod
-from specdec_lib.verifiers.base import Verdict, Verifier, sample_categorical
+from specdec_lib.verifiers.base import Outcome, Verifier, accepted_pairs, sample_categorical
 
 TOL = 1e-9
 PREFIX = (0,)
-ONE_STEP = ("token", "asps", "block")
+
+
+def chain_iid(registry) -> tuple[list[str], list[str]]:
+    """(lossless in one step, lossless across steps only): the verifiers declaring ``("chain", "iid")``,
+    split by whether they carry state from step to step (``next_state``)."""
+    names = [name for name, kind, s in declared_pairs(registry) if (kind, s) == ("chain", "iid")]
+    return ([n for n in names if registry[n].next_state is None],
+            [n for n in names if registry[n].next_state is not None])
+
+
+ONE_STEP, ACROSS_STEPS = chain_iid(VERIFIERS)
 
 # (V, mismatch, seed, temperature, zero_prob, max gamma): random Markov pairs with EOS (= V-1).
 MODELS = [
@@ -95,13 +107,13 @@ def _sampler_from_law(law_fn):
     def sample(tree, generator, state=None):
         table = law_fn(tree, state)
         j, y = divmod(sample_categorical(table.flatten(), generator), table.shape[1])
-        return Verdict(path=tuple(range(1, j + 1)), token=y)
+        return Outcome(path=tuple(range(1, j + 1)), token=y)
     return sample
 
 
 def _greedy_unmodified_sample(tree, generator, state=None):
     v = greedy_mod.sample(tree, generator, None)
-    return Verdict(v.path, v.token)
+    return Outcome(v.path, v.token)
 
 
 BROKEN = {
@@ -136,10 +148,45 @@ def test_exact_law_equals_target(case):
         assert exact.max_abs_diff(_law(name, target, draft, g, False), want) < TOL, name
     # greedy block verification is lossless only across steps (Block Verification Alg. 6)
     if _multistep_affordable(v, g):
-        assert exact.max_abs_diff(_law("greedy_block", target, draft, g, True), want) < TOL
+        for name in ACROSS_STEPS:
+            assert exact.max_abs_diff(_law(name, target, draft, g, True), want) < TOL, name
     if v == 3 and g <= 3:  # the other verifiers stay lossless when composed over steps
         for name in ONE_STEP:
             assert exact.max_abs_diff(_law(name, target, draft, g, True), want) < TOL, name
+
+
+def _redrawing_the_extra_token(name):
+    """``name`` with every node's extra token redrawn from the node's target row (mass kept per node)."""
+    v = VERIFIERS[name]
+
+    def law(tree, state=None):
+        P = tree.target_probs.to(torch.float64)
+        return v.law(tree, state).sum(1, keepdim=True) * (P / P.sum(1, keepdim=True))
+    return Verifier(f"{name}_redraw", _sampler_from_law(law), law, v.check, next_state=v.next_state)
+
+
+@pytest.mark.parametrize("name", ONE_STEP + ACROSS_STEPS)
+def test_every_declared_chain_verifier_has_a_failing_control(name):
+    """The exact check above can fail for each verifier it proves: redrawing the extra token from the
+    target row (the residual dropped) is far from lossless."""
+    target, draft = pair(*CONTROL_MODEL)
+    g = 3
+    want = exact.target_law(target, PREFIX, g + 1)
+    assert exact.max_abs_diff(_law(_redrawing_the_extra_token(name), target, draft, g, name in ACROSS_STEPS),
+                              want) > 1e-3
+
+
+def test_a_new_declaration_is_picked_up():
+    """A registered verifier needs no edit here: declaring ``("chain", "iid")`` makes it a case."""
+    block = VERIFIERS["block"]
+    one = Verifier("dummy", block.sample, block.law, block.check, accepts=accepted_pairs(("chain",), ("iid",)),
+                   lossless=True)
+    stateful = Verifier("dummy_state", block.sample, block.law, block.check, next_state=lambda *a: None,
+                        accepts=accepted_pairs(("chain",), SAMPLING_MODES), lossless=True)
+    chain_only_topk = Verifier("dummy_topk", block.sample, block.law, block.check,
+                               accepts=accepted_pairs(("chain",), ("topk",)), lossless=True)
+    got = chain_iid({**VERIFIERS, "dummy": one, "dummy_state": stateful, "dummy_topk": chain_only_topk})
+    assert got == (sorted(ONE_STEP + ["dummy"]), sorted(ACROSS_STEPS + ["dummy_state"]))
 
 
 @pytest.mark.parametrize("name", list(BROKEN))

@@ -19,17 +19,22 @@ CONTRACT = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from specdec_lib.tree import DraftTree
-    from specdec_lib.verifiers import verify, VERIFIERS, Verdict
+    from specdec_lib.verifiers import verify, VERIFIERS, Outcome
     from specdec_lib.models import load_model
     from specdec_lib.decoding import speculative_generate, autoregressive_generate
     from specdec_lib.theory import sequoia_tree
 
-    assert sorted(VERIFIERS) == sorted(["token", "asps", "block", "greedy_block", "traversal", "erss",
-                                        "spectr", "match", "hsd"])
+    from specdec_lib.verifiers import NOT_LOSSLESS, declared_pairs
+    assert {"token", "asps", "block", "greedy_block", "traversal", "erss", "spectr", "match", "hsd"} <= set(VERIFIERS)
+    # every verifier declares the (shape, sampling) pairs it accepts and whether it is lossless
+    assert all(v.lossless is True and v.accepts for v in VERIFIERS.values())
+    assert all(v.lossless is False and v.accepts for v in NOT_LOSSLESS.values())
+    assert ("block", "chain", "iid") in declared_pairs(VERIFIERS)
+    assert ("block", "tree", "iid") not in declared_pairs(VERIFIERS)
     tree = DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 0]),
                      torch.tensor([[.5, .5], [0., 0.]]), torch.tensor([[.5, .5], [.5, .5]]), sampling="iid", race=None)
     v = verify("block", tree, torch.Generator().manual_seed(0))
-    assert isinstance(v, Verdict) and isinstance(v.path, tuple) and v.path == (1,)   # P == Q: accepted
+    assert isinstance(v, Outcome) and isinstance(v.path, tuple) and v.path == (1,)   # P == Q: accepted
     emitted = [int(tree.tokens[i]) for i in v.path] + [v.token]
 
     target = load_model("smollm2-135m-instruct")

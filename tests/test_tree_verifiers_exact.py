@@ -1,13 +1,13 @@
-"""Exact losslessness of the tree verifiers (token, traversal, spectr, match, erss).
+"""Exact losslessness of the tree verifiers: every registered verifier on every branching-tree pair it
+declares (``Verifier.accepts``), no table of names.
 
-For every verifier and every sampling mode it accepts, on several tree shapes and vocabularies of
-3-5 tokens with context-dependent (Markov) toy models: the exact law of the first ``depth`` tokens of
-one step (enumerating every drafted tree with its probability, continuing the step's output with the
-target) equals the target's law within 1e-9. Each verifier also has a deliberately broken variant that
-must fail the same check, the samplers are chi-square tested against the exact laws, and the averaged
-relations of docs/methods/traversal.md §3.4 are checked (traversal >= token, equal P(tau >= 1), without
-replacement >= with replacement). ERSS trees carry continuous races, so ERSS is tested by Monte Carlo
-over races with a chi-square test.
+For each declared (tree, sampling) pair, on several tree shapes and vocabularies of 3-5 tokens with
+context-dependent (Markov) toy models: the exact law of the first ``depth`` tokens of one step
+(enumerating every drafted tree with its probability, continuing the step's output with the target)
+equals the target's law within 1e-9, and the same verifier made to redraw its extra token from the
+target row fails it. Race pairs not reducible to without-replacement trees are tested by Monte Carlo
+over races (chi-square), and so is every sampler against its exact law. Deliberately broken variants of
+each verifier fail the same checks; the averaged relations of docs/methods/traversal.md §3.4 are checked.
 """
 
 import functools
@@ -18,12 +18,12 @@ import torch
 from scipy.stats import chisquare
 
 from specdec_lib.drafting import context_draft_fn, context_target_fn, draw_tree
-from specdec_lib.exact import enumerate_drafts, max_abs_diff, target_law
+from specdec_lib.exact import ENUMERABLE_SAMPLING, enumerate_drafts, max_abs_diff, multistep_output_law, target_law
 from specdec_lib.models.synthetic import ContextIndependentLM, random_markov_pair
-from specdec_lib.tree import DraftTree, batch, binary, chain_parents
-from specdec_lib.verifiers import VERIFIERS, exact_law, expected_tokens, get_verifier, verify
+from specdec_lib.tree import SAMPLING_MODES, DraftTree, batch, binary, chain_parents
+from specdec_lib.verifiers import VERIFIERS, declared_pairs, exact_law, expected_tokens, get_verifier, verify
 from specdec_lib.verifiers import erss, match, spectr, token_level, traversal
-from specdec_lib.verifiers.base import Verifier
+from specdec_lib.verifiers.base import SHAPE_KINDS, Verifier, accepted_pairs
 
 LOSSLESS = 1e-9
 BROKEN = 1e-3
@@ -40,12 +40,13 @@ SHAPES = {  # name: (parents, vocabulary, zero_prob of the toy pair)
     "figure1_zeros": (FIG1, 4, 0.4),   # zero probabilities: exercises the uniform fallback
     "figure1_toy": (FIG1, 3, "toy"),   # Traversal's toy P_b = [.3, .4, .3], P_s = [.6, .3, .1]
 }
-MODES = {
-    "token": ("iid", "without_replacement", "topk"),
-    "traversal": ("iid", "without_replacement", "topk"),
-    "match": ("iid", "without_replacement", "topk"),
-    "spectr": ("iid",),
-}
+# the iid sweeps over 729 / 1024 trees run for the reference verifier only, to keep the file fast
+HEAVY = {("binary3", "iid"), ("figure1_zeros", "iid")}
+REFERENCE = "token"
+
+
+def kind_of(parents):
+    return "chain" if list(parents) == list(range(-1, len(parents) - 1)) else "tree"
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,8 +74,11 @@ def output_law(verifier, shape, sampling, seed=0):
     """Exact law of the first `depth` tokens of one step, continued by the target."""
     v = verifier if isinstance(verifier, Verifier) else get_verifier(verifier)
     parents, vocab, zero_prob = SHAPES[shape]
-    target, _ = pair(vocab, zero_prob, seed)
+    target, draft = pair(vocab, zero_prob, seed)
     horizon = depth_of(parents)
+    if v.next_state is not None:  # lossless across steps only (greedy_block)
+        return (multistep_output_law(v, target, draft, PREFIX, list(parents), sampling, horizon),
+                target_law(target, PREFIX, horizon))
     emitted = defaultdict(float)
     for pd, tree in drafts(shape, sampling, seed):
         v.check(tree)
@@ -90,21 +94,37 @@ def output_law(verifier, shape, sampling, seed=0):
     return dict(out), target_law(target, PREFIX, horizon)
 
 
-# The iid sweeps over 729 / 1024 trees run for `token` only, to keep the file fast.
-CASES = [(v, s, shape) for v, modes in MODES.items() for s in modes for shape in SHAPES
-         if not (s == "iid" and shape in ("binary3", "figure1_zeros") and v != "token")]
+def exact_cases(registry) -> list[tuple[str, str, str]]:
+    """(name, sampling, shape) for every declared (tree, sampling) pair that can be enumerated, on every
+    branching shape of `SHAPES` (chains: test_chain_verifiers_exact.py, test_verifier_sampling_matrix.py)."""
+    return [(name, s, shape) for name, kind, s in declared_pairs(registry) if kind == "tree"
+            and s in ENUMERABLE_SAMPLING for shape in SHAPES if kind_of(SHAPES[shape][0]) == "tree"
+            and not ((shape, s) in HEAVY and name != REFERENCE)]
 
 
-@pytest.mark.parametrize("verifier, sampling, shape", CASES)
+@pytest.mark.parametrize("verifier, sampling, shape", exact_cases(VERIFIERS))
 def test_exact_losslessness(verifier, sampling, shape):
     law, target = output_law(verifier, shape, sampling)
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
     assert max_abs_diff(law, target) < LOSSLESS
 
 
-def test_spectr_on_a_without_replacement_chain():
-    law, target = output_law("spectr", "chain3", "without_replacement")
-    assert max_abs_diff(law, target) < LOSSLESS
+def _redrawing_the_extra_token(name):
+    """``name`` with every node's extra token redrawn from the node's target row (mass kept per node)."""
+    v = get_verifier(name)
+
+    def law(tree, state):
+        good = v.law(tree, state)
+        rows = torch.stack([token_level.target_row(tree, i) for i in range(tree.num_nodes)])
+        return good.sum(1, keepdim=True) * rows
+    return Verifier(f"{name}_redraw", v.sample, law, v.check, next_state=v.next_state)
+
+
+@pytest.mark.parametrize("verifier, sampling", sorted({(n, s) for n, s, _ in exact_cases(VERIFIERS)}))
+def test_every_declared_pair_has_a_failing_control(verifier, sampling):
+    """The exact check above can fail on each pair it proves: the same verifier, its extra token redrawn
+    from the target row (the residual / rejection rule dropped), is far from lossless."""
+    assert _max_error(_redrawing_the_extra_token(verifier), "figure1", sampling) > BROKEN
 
 
 # ----- broken variants: each must FAIL the same check -------------------------------------------
@@ -209,14 +229,28 @@ def _random_tree(sampling, parents, vocab=4, seed=3):
                      torch.Generator().manual_seed(seed)).scored_by(context_target_fn(target.probs, prefix))
 
 
-@pytest.mark.parametrize("verifier, sampling", [
-    ("token", "iid"), ("token", "without_replacement"), ("token", "topk"),
-    ("traversal", "iid"), ("traversal", "without_replacement"), ("traversal", "topk"),
-    ("spectr", "iid"), ("match", "iid"), ("erss", "race"),
-])
-def test_sampler_matches_exact_law_on_a_fixed_tree(verifier, sampling):
+FIXED = {"tree": binary(3) + [3, 3], "chain": chain_parents(4)}
+
+
+def sampler_cases(registry) -> list[tuple[str, str, str]]:
+    """(name, sampling, kind): each sampling a verifier declares on branching trees, once, and for a
+    chain-only verifier its first declared sampling on a chain (one child per node: the mode only labels
+    how it was drawn). Race is left out where without replacement is declared on the same kind (the
+    sampled outcomes are those of the relabelled tree, test_verifier_sampling_matrix.py)."""
+    out = []
+    for name, v in registry.items():
+        kinds = {kind for kind, _ in v.accepts or ()}
+        kind = "tree" if "tree" in kinds else "chain"
+        modes = [s for s in SAMPLING_MODES if (kind, s) in (v.accepts or ())
+                 and not (s == "race" and (kind, "without_replacement") in v.accepts)]
+        out += [(name, s, kind) for s in (modes if kind == "tree" else modes[:1])]
+    return out
+
+
+@pytest.mark.parametrize("verifier, sampling, kind", sampler_cases(VERIFIERS))
+def test_sampler_matches_exact_law_on_a_fixed_tree(verifier, sampling, kind):
     for seed in range(3, 30):  # a tree whose law is not a point mass (for erss: the walk reaches a leaf)
-        tree = _random_tree(sampling, binary(3) + [3, 3], seed=seed)
+        tree = _random_tree(sampling, FIXED[kind], seed=seed)
         if int((exact_law(verifier, tree) > 0).sum()) > 2:
             break
     _sampler_vs_law(verifier, tree)
@@ -246,7 +280,7 @@ def _sampler_vs_law(verifier, tree):
     assert _chi2(counts, cells) > P_VALUE
 
 
-def _end_to_end_counts(sample, sampling, n, seed):
+def _end_to_end_counts(sample, sampling, n, seed, parents=FIG1):
     """draw_tree + a verifier's sampler + target continuation: counts of the first 3 tokens."""
     target, draft = pair(3, 0.0, 1)
     gen = torch.Generator().manual_seed(seed)
@@ -254,7 +288,7 @@ def _end_to_end_counts(sample, sampling, n, seed):
     target_fn = context_target_fn(target.probs, PREFIX)
     counts = Counter()
     for _ in range(n):
-        tree = draw_tree(list(FIG1), PREFIX[-1], draft_fn, sampling, gen).scored_by(target_fn)
+        tree = draw_tree(list(parents), PREFIX[-1], draft_fn, sampling, gen).scored_by(target_fn)
         out = sample(tree, gen).emitted(tree)
         while len(out) < 3:
             out.append(int(torch.multinomial(target.probs(PREFIX + tuple(out)), 1, generator=gen)))
@@ -262,11 +296,36 @@ def _end_to_end_counts(sample, sampling, n, seed):
     return counts, target_law(target, PREFIX, 3)
 
 
-@pytest.mark.parametrize("verifier, sampling", [("traversal", "without_replacement"), ("erss", "race"),
-                                                 ("token", "race")])
-def test_end_to_end_sampling_is_target_distributed(verifier, sampling):
-    counts, law = _end_to_end_counts(lambda tree, gen: verify(verifier, tree, gen), sampling, 1200, 23)
+END_TO_END = {"tree": FIG1, "chain": tuple(chain_parents(2))}
+
+
+def race_cases(registry) -> list[tuple[str, str, str]]:
+    """(name, "race", kind) for every declared race pair without a declared without-replacement pair on the
+    same kind: its losslessness needs the average over the races (Monte Carlo)."""
+    return [(name, s, kind) for name, kind, s in declared_pairs(registry) if s == "race"
+            and (kind, "without_replacement") not in registry[name].accepts]
+
+
+# race cases, plus two sampler checks on drafting + verification together
+@pytest.mark.parametrize("verifier, sampling, kind", race_cases(VERIFIERS) + [
+    ("traversal", "without_replacement", "tree"), ("token", "race", "tree")])
+def test_end_to_end_sampling_is_target_distributed(verifier, sampling, kind):
+    counts, law = _end_to_end_counts(lambda tree, gen: verify(verifier, tree, gen), sampling, 1200, 23,
+                                     END_TO_END[kind])
     assert _chi2(counts, law) > P_VALUE
+
+
+def test_a_new_declaration_is_picked_up():
+    """A registered verifier needs no edit here: its declared pairs become cases by themselves."""
+    dummy = Verifier("dummy", match.sample, match.law, match.check, lossless=True,
+                     accepts=accepted_pairs(SHAPE_KINDS, ("topk", "race")))
+    registry = {**VERIFIERS, "dummy": dummy}
+    new = [c for c in exact_cases(registry) if c not in exact_cases(VERIFIERS)]
+    assert new == [("dummy", "topk", shape) for shape in SHAPES if kind_of(SHAPES[shape][0]) == "tree"]
+    assert [c for c in sampler_cases(registry) if c[0] == "dummy"] == [("dummy", "topk", "tree"),
+                                                                      ("dummy", "race", "tree")]
+    assert [c for c in race_cases(registry) if c[0] == "dummy"] == [("dummy", "race", "chain"),
+                                                                   ("dummy", "race", "tree")]
 
 
 def test_broken_erss_printed_algorithm_fails(monkeypatch):
@@ -404,8 +463,8 @@ def test_same_seed_same_verdict(name, sampling):
 @pytest.mark.parametrize("sampling", ["iid", "without_replacement", "topk", "race"])
 def test_laws_are_distributions_on_larger_trees(sampling):
     tree = _random_tree(sampling, binary(5), vocab=50, seed=5)
-    names = [n for n in ("token", "traversal", "match", "spectr", "erss")
-             if not (n == "spectr" and sampling != "iid") and not (n == "erss" and sampling != "race")]
+    names = [n for n, kind, s in declared_pairs(VERIFIERS) if (kind, s) == ("tree", sampling)]
+    assert names
     for name in names:
         law = exact_law(name, tree)
         assert bool((law >= 0).all())

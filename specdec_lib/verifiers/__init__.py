@@ -1,4 +1,4 @@
-"""Verifiers under one signature: ``verify(name, tree, generator) -> Verdict(path, token)``.
+"""Verifiers under one signature: ``verify(name, tree, generator) -> Outcome(path, token)``.
 
 One module per verifier; each defines ``VERIFIER`` (see `base.Verifier`). ``exact_law`` and
 ``expected_tokens`` give the verifier's exact output law on a fixed drafted tree, so experiments
@@ -8,16 +8,20 @@ compare verifiers on the same tree without sampling noise.
 published verifiers that exact enumeration shows change the output law (HSD as published,
 docs/papers/hsd.md): `verify`, `exact_law` and `expected_tokens` take them, so they can be measured on
 the same trees as the others, but `get_verifier` refuses them, and so does decoding.
+
+Adding a verifier: its module (``VERIFIER`` declaring ``accepts`` and ``lossless``), its own test file,
+one registry line. The exact tests parametrize from `declared_pairs` / `undeclared_pairs`: every declared
+pair is proven lossless by exact enumeration, every other pair must make ``check`` raise.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
-from ..tree import DraftTree
-from .base import Verdict, Verifier, check_generator, expected_tokens_from_law
+from ..tree import SAMPLING_MODES, DraftTree
+from .base import SHAPE_KINDS, Outcome, Verifier, check_generator, expected_tokens_from_law
 from . import token_level, asps, block, greedy_block, traversal, erss, spectr, match, hsd, hsd_released
 
 VERIFIERS: dict[str, Verifier] = {
@@ -27,6 +31,19 @@ VERIFIERS: dict[str, Verifier] = {
 
 
 NOT_LOSSLESS: dict[str, Verifier] = {hsd_released.VERIFIER.name: hsd_released.VERIFIER}
+
+
+def declared_pairs(registry: Mapping[str, Verifier]) -> list[tuple[str, str, str]]:
+    """``(name, shape kind, sampling)`` for every pair that a verifier of ``registry`` declares in
+    ``accepts``, sorted (a verifier without a declaration contributes none)."""
+    return sorted((name, shape, sampling) for name, v in registry.items() for shape, sampling in (v.accepts or ()))
+
+
+def undeclared_pairs(registry: Mapping[str, Verifier]) -> list[tuple[str, str, str]]:
+    """``(name, shape kind, sampling)`` for every pair of `SHAPE_KINDS` x `SAMPLING_MODES` that a declared
+    verifier of ``registry`` does not accept (its ``check`` must raise ValueError on such trees)."""
+    return sorted((name, shape, sampling) for name, v in registry.items() if v.accepts is not None
+                  for shape in SHAPE_KINDS for sampling in SAMPLING_MODES if (shape, sampling) not in v.accepts)
 
 
 def _lookup(name: str, measuring: bool) -> Verifier:
@@ -46,7 +63,7 @@ def get_verifier(name: str) -> Verifier:
     return _lookup(name, measuring=False)
 
 
-def verify(name: str, tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def verify(name: str, tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """Verify ``tree`` with verifier ``name``; ``generator`` (a ``torch.Generator``, required: None is a
     ValueError) is the only source of randomness. Names of ``NOT_LOSSLESS`` are taken too (measurement)."""
     v = _lookup(name, measuring=True)
@@ -69,4 +86,5 @@ def expected_tokens(name: str, tree: DraftTree, state: Any = None) -> float:
     return expected_tokens_from_law(tree, exact_law(name, tree, state))
 
 
-__all__ = ["Verdict", "Verifier", "VERIFIERS", "NOT_LOSSLESS", "verify", "exact_law", "expected_tokens", "get_verifier"]
+__all__ = ["Outcome", "Verifier", "VERIFIERS", "NOT_LOSSLESS", "verify", "exact_law", "expected_tokens", "get_verifier",
+           "declared_pairs", "undeclared_pairs"]

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical
-from .block import chain_inputs, chain_rows, check_chain, log_block_weights
+from .base import Outcome, Verifier, sample_categorical
+from .block import CHAIN_ACCEPTS, chain_inputs, chain_rows, check_chain, log_block_weights
 
 
 def pn_parts(P: torch.Tensor, Q: torch.Tensor, x: torch.Tensor):
@@ -75,20 +75,20 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     return pn_law(P, Q, x)
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """Algorithm 1: one draw of a cell of ``PN`` (plus the bonus), done in two stages with the
     same law: the row j from the row masses, then the token within row j. Works on the rows as
     stored (float32 stays float32; the scalars are float64)."""
     P, Q, x = chain_rows(tree)
     L = Q.shape[0]
     if L == 0:
-        return Verdict(path=(), token=sample_categorical(P[0], generator))
+        return Outcome(path=(), token=sample_categorical(P[0], generator))
     log_d, log_scale, rows = pn_parts(P, Q, x)
     row_mass = rows.sum(dim=1).to(torch.float64)
     mass = torch.where(row_mass > 0, torch.exp(log_scale) * row_mass, torch.zeros_like(row_mass))
     j = sample_categorical(torch.cat([mass, torch.exp(log_d[L:L + 1])]), generator)
     y = sample_categorical(P[L] if j == L else rows[j], generator)
-    return Verdict(path=tuple(range(1, j + 1)), token=y)
+    return Outcome(path=tuple(range(1, j + 1)), token=y)
 
 
 def check(tree: DraftTree) -> None:
@@ -100,6 +100,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=CHAIN_ACCEPTS,
+    lossless=True,
     description="ASpS (Hu & Huang ICML'24, Alg. 1): Tree-Monte-Carlo chain verifier; the draft-side "
                 "coupling mass is the full q_k, earlier residual outputs are rescaled. Chains only.",
 )

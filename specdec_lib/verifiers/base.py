@@ -1,7 +1,7 @@
 """What every verifier shares: the verdict, the exact-law representation and two sampling primitives.
 
 A verifier is a pure function of a `DraftTree` and a `torch.Generator` (the only randomness). It
-returns a `Verdict`: the accepted path (node indices, root excluded, in depth order) and the one
+returns a `Outcome`: the accepted path (node indices, root excluded, in depth order) and the one
 extra token (correction or bonus). Emitted tokens are ``[tree.tokens[i] for i in path] + [token]``.
 
 Exact law given a tree: a float64 tensor ``law`` of shape ``[N+1, V]`` where ``law[i, v]`` is the
@@ -12,20 +12,27 @@ is ``v``. It sums to 1. Expected emitted tokens = sum_i (depth(i) + 1) * law[i].
 (greedy block verification modifies the target of the following steps, Block Verification
 Algorithms 5-6). It is ``None`` for every other verifier. The decode loop threads
 ``verdict.state`` into the next call.
+
+Each `Verifier` declares the (shape kind, sampling mode) pairs its ``check`` lets through (``accepts``,
+kinds in `SHAPE_KINDS`, modes in `tree.SAMPLING_MODES`) and whether it is ``lossless``; the exact tests
+parametrize from these declarations.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Any, Callable, Generator, Iterator
 
 import torch
 
-from ..tree import DraftTree
+from ..tree import SAMPLING_MODES, DraftTree
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Outcome:
+    """What one verification step accepts: the drafted path (node indices) and one extra token."""
+
     path: tuple[int, ...]
     token: int
     state: Any = None
@@ -34,16 +41,42 @@ class Verdict:
         return [int(tree.tokens[i]) for i in self.path] + [int(self.token)]
 
 
-SampleFn = Callable[[DraftTree, torch.Generator, Any], Verdict]
+Verdict = Outcome  # the former name, used by hsd.py until it is renamed
+
+SampleFn = Callable[[DraftTree, torch.Generator, Any], Outcome]
 LawFn = Callable[[DraftTree, Any], torch.Tensor]
 CheckFn = Callable[[DraftTree], None]
 NextStateFn = Callable[[DraftTree, Any, tuple, int], Any]
 
 
+SHAPE_KINDS = ("chain", "tree")
+"""The shape kinds a verifier declares: ``chain`` = no node has two children (parents [-1, 0, 1, ...]);
+``tree`` = some node branches (k-ary and binary trees, one-level stars, batches of chains, any other
+shape). No verifier's check tells branching shapes apart, so two kinds suffice."""
+
+Pair = tuple[str, str]
+
+
+def shape_kind(tree: DraftTree) -> str:
+    """``"chain"`` if no node of ``tree`` has two children, else ``"tree"`` (see `SHAPE_KINDS`)."""
+    return "chain" if tree.is_chain else "tree"
+
+
+def accepted_pairs(shapes, samplings) -> frozenset[Pair]:
+    """Every (shape kind, sampling mode) pair of ``shapes`` x ``samplings``; ValueError for unknown names."""
+    shapes, samplings = tuple(shapes), tuple(samplings)
+    for arg, given, known in (("shapes", shapes, SHAPE_KINDS), ("samplings", samplings, SAMPLING_MODES)):
+        unknown = [x for x in given if x not in known]
+        if unknown or not given:
+            raise ValueError(f"{arg} must be a non-empty selection of {known}, got {given!r}")
+    return frozenset(product(shapes, samplings))
+
+
 @dataclass(frozen=True)
 class Verifier:
-    """A named verifier: how to sample it, its exact law (None where no recursion exists) and the
-    check that raises ValueError for trees it cannot handle."""
+    """A named verifier: how to sample it, its exact law (None where no recursion exists), the
+    check that raises ValueError for trees it cannot handle, and its declaration: the pairs ``check``
+    accepts and whether it is lossless. ``None`` means "not declared" (refused by the registry tests)."""
 
     name: str
     sample: SampleFn
@@ -52,6 +85,29 @@ class Verifier:
     description: str = ""
     next_state: NextStateFn | None = None
     """For a verifier that carries state across steps (greedy_block): ``next_state(tree, state, path, token)``."""
+    accepts: frozenset[Pair] | None = None
+    """The (shape kind, sampling mode) pairs ``check`` lets through, e.g. ``accepted_pairs(SHAPE_KINDS,
+    SAMPLING_MODES)``; every other pair makes ``check`` raise ValueError."""
+    lossless: bool | None = None
+    """True: the output law is the target's (exact tests on every pair of ``accepts``); False: measured only."""
+
+    def __post_init__(self) -> None:
+        if self.lossless is not None and not isinstance(self.lossless, bool):
+            raise TypeError(f"lossless must be a bool, got {type(self.lossless).__name__}")
+        if self.accepts is None:
+            return
+        if not isinstance(self.accepts, frozenset):
+            raise TypeError(f"accepts must be a frozenset of (shape, sampling) pairs, got "
+                            f"{type(self.accepts).__name__}")
+        bad = [p for p in self.accepts if not (isinstance(p, tuple) and len(p) == 2 and p[0] in SHAPE_KINDS
+                                                and p[1] in SAMPLING_MODES)]
+        if bad or not self.accepts:
+            raise ValueError(f"accepts of verifier {self.name!r} must hold (shape in {SHAPE_KINDS}, sampling in "
+                             f"{SAMPLING_MODES}) pairs, at least one; got {sorted(map(repr, bad)) or 'none'}")
+
+    def declares(self, tree: DraftTree) -> bool:
+        """Whether ``(shape_kind(tree), tree.sampling)`` is one of the declared pairs (False if undeclared)."""
+        return self.accepts is not None and (shape_kind(tree), tree.sampling) in self.accepts
 
 
 def expected_tokens_from_law(tree: DraftTree, law: torch.Tensor) -> float:

@@ -38,9 +38,11 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, require_chain, sample_categorical
+from .base import Outcome, Verifier, accepted_pairs, require_chain, sample_categorical
 
 CHAIN_SAMPLING = ("iid", "without_replacement", "race")  # one child per node: a draw from q
+CHAIN_ACCEPTS = accepted_pairs(("chain",), CHAIN_SAMPLING)
+"""What `check_chain` accepts: chains whose drafts are draws from the draft rows (no top-k)."""
 
 
 def check_chain(tree: DraftTree, name: str) -> None:
@@ -162,12 +164,12 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     return law_from_weights(P, Q, log_block_weights(P, Q, x))
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """Algorithm 2: one verdict; ``generator`` is the only randomness. Works on the rows as stored
     (float32 rows stay float32: one [g, V] residual pass, weights in float64)."""
     P, Q, x = chain_rows(tree)
     tau, y = sample_from_weights(P, Q, log_block_weights(P, Q, x), generator)
-    return Verdict(path=tuple(range(1, tau + 1)), token=y)
+    return Outcome(path=tuple(range(1, tau + 1)), token=y)
 
 
 def check(tree: DraftTree) -> None:
@@ -179,6 +181,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=CHAIN_ACCEPTS,
+    lossless=True,
     description="Block verification (Sun et al. ICLR'25, Alg. 2): optimal lossless chain verifier; "
                 "weights p_i = exp(S_i - cummax S), keeps the longest accepted sub-block.",
 )

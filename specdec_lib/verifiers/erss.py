@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical
+from .base import SHAPE_KINDS, Outcome, Verifier, accepted_pairs, sample_categorical
 from .token_level import target_row
 
 NAME = "erss"
@@ -60,12 +60,12 @@ def _walk(tree: DraftTree):
     return tuple(path), node, None
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """One ERSS verification; ``generator`` only supplies the fresh race at a leaf."""
     path, node, x = _walk(tree)
     if x is None:
         x = sample_categorical(verification_row(tree, node), generator)
-    return Verdict(path, x)
+    return Outcome(path, x)
 
 
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
@@ -106,6 +106,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=accepted_pairs(SHAPE_KINDS, ("race",)),
+    lossless=True,
     description="exponential-race verification (ERSS, Kobus & Gündüz, Alg. 5 corrected): the target "
                 "emits the winner of the drafting race and descends while it matches a child",
 )

@@ -15,7 +15,7 @@ positions
 where ``M`` is the target that verified that step (itself possibly modified: the modifications
 compose, Algorithm 6). Beyond its horizon a modification leaves the target unchanged.
 
-State carried in ``Verdict.state`` (`GreedyBlockState`, ``None`` when nothing is pending): one
+State carried in ``Outcome.state`` (`GreedyBlockState`, ``None`` when nothing is pending): one
 `PendingModification` per earlier step whose horizon reaches into the next block, oldest first, each
 holding just
 
@@ -46,8 +46,8 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier
-from .block import _normalised, check_chain, law_from_weights, log_ratios, sample_from_weights
+from .base import Outcome, Verifier
+from .block import CHAIN_ACCEPTS, _normalised, check_chain, law_from_weights, log_ratios, sample_from_weights
 
 
 @dataclass(frozen=True)
@@ -168,13 +168,13 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     return law_from_weights(P, Q[:g], _log_joint_weights(P, Q[:g], x))
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """Algorithms 4 + 5: verdict of this step, carrying the modification state of the next ones."""
     levels, Q = modified_targets(tree, state, exact=False)
     P, x = levels[-1], tree.tokens[1:]
     g = x.shape[0]
     tau, y = sample_from_weights(P, Q[:g], _log_joint_weights(P, Q[:g], x), generator)
-    return Verdict(path=tuple(range(1, tau + 1)), token=y, state=_advance(levels, Q, x, state, tau, y))
+    return Outcome(path=tuple(range(1, tau + 1)), token=y, state=_advance(levels, Q, x, state, tau, y))
 
 
 def check(tree: DraftTree) -> None:
@@ -187,7 +187,9 @@ VERIFIER = Verifier(
     law=law,
     check=check,
     next_state=next_state,
+    accepts=CHAIN_ACCEPTS,
+    lossless=True,
     description="Greedy block verification (Sun et al. ICLR'25, Algs. 4-6): maximal coupling of every "
                 "prefix in one step, lossless across steps through the target modification carried "
-                "in Verdict.state.",
+                "in Outcome.state.",
 )

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, sequential_law
+from ..tree import SAMPLING_MODES, DraftTree
+from .base import SHAPE_KINDS, Outcome, Verifier, accepted_pairs, sample_categorical, sequential_law
 from .token_level import target_row
 
 NAME = "match"
@@ -31,14 +31,14 @@ def _first_child_by_token(tree: DraftTree, node: int, tokens: list[int]) -> dict
     return first
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     tokens = tree.tokens.tolist()
     node, path = 0, []
     while True:
         y = sample_categorical(target_row(tree, node), generator)
         nxt = _first_child_by_token(tree, node, tokens).get(y)
         if nxt is None:
-            return Verdict(tuple(path), y)
+            return Outcome(tuple(path), y)
         path.append(nxt)
         node = nxt
 
@@ -69,6 +69,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=accepted_pairs(SHAPE_KINDS, SAMPLING_MODES),
+    lossless=True,
     description="draw from the target at each node and follow a matching child (lossless on any tree; "
                 "Sequoia's top-k baseline on top-k trees)",
 )

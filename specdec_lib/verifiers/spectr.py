@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, sequential_law, uniform
+from .base import SHAPE_KINDS, Outcome, Verifier, accepted_pairs, sample_categorical, sequential_law, uniform
 from .token_level import check_consistent_draws, draft_row, target_row
 
 NAME = "spectr"
@@ -119,7 +119,7 @@ class _Selection:
         return kseq_residual(self.p, self.q, self.k, self.rho, self.beta) if self.k else self.p
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     node, path = 0, []
     tokens = tree.tokens.tolist()
     while True:
@@ -130,7 +130,7 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
                 accepted = child
                 break
         if accepted is None:
-            return Verdict(tuple(path), sample_categorical(sel.final(), generator))
+            return Outcome(tuple(path), sample_categorical(sel.final(), generator))
         path.append(accepted)
         node = accepted
 
@@ -166,6 +166,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=accepted_pairs(SHAPE_KINDS, ("iid",)) | accepted_pairs(("chain",), ("without_replacement", "race")),
+    lossless=True,
     description="SpecTr k-sequential selection (K-SEQ) at each node of an i.i.d. tree (Sequoia's SpecTr "
                 "baseline)",
 )

@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, sequential_law, uniform
+from ..tree import SAMPLING_MODES, DraftTree
+from .base import SHAPE_KINDS, Outcome, Verifier, accepted_pairs, sample_categorical, sequential_law, uniform
 
 NAME = "token"
 
@@ -215,7 +215,7 @@ def _reject(target: Row, proposal: Proposal, x: int) -> Row:
     return new if new is not None else target  # no mass: the rejection had probability 0
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """One token-level verification (module docstring); ``generator`` is the only randomness."""
     rule = proposal_rule(tree.sampling)
     kids = tree.children
@@ -233,7 +233,7 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
                     break
                 target = _reject(target, proposal, x)
         if accepted is None:
-            return Verdict(tuple(path), sample_categorical(target.vec, generator))
+            return Outcome(tuple(path), sample_categorical(target.vec, generator))
         path.append(accepted)
         node = accepted
 
@@ -287,6 +287,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=accepted_pairs(SHAPE_KINDS, SAMPLING_MODES),
+    lossless=True,
     description="token-level verification: Leviathan/Chen on chains, recursive rejection sampling on "
                 "trees (with replacement for iid, without replacement for without_replacement and race "
                 "trees, point-mass proposals for top-k trees)",

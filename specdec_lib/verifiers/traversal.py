@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical, uniform
+from ..tree import SAMPLING_MODES, DraftTree
+from .base import SHAPE_KINDS, Outcome, Verifier, accepted_pairs, sample_categorical, uniform
 from .token_level import Proposal, Row, check_consistent_draws, draw_prob, proposal_rule, residual_step
 
 NAME = "traversal"
@@ -102,7 +102,7 @@ class _Node:
         return self.target if self.target is not None else Row.of(tree.target_probs[self.node])
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """One Traversal Verification (Algorithm 3, recursive form of docs/methods/traversal.md §2.4)."""
     rule = proposal_rule(tree.sampling)
     kids = tree.children
@@ -121,7 +121,7 @@ def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Ve
             continue
         # Every child subtree was rejected: test the node itself.
         if not top.dead and uniform(generator) < top.rho:
-            return Verdict(tree.path_to(top.node), sample_categorical(top.final_target(tree).vec, generator))
+            return Outcome(tree.path_to(top.node), sample_categorical(top.final_target(tree).vec, generator))
         stack.pop()
         if not stack:  # unreachable: the root ends with rho == 1
             raise RuntimeError("traversal verification rejected the root")
@@ -172,6 +172,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=accepted_pairs(SHAPE_KINDS, SAMPLING_MODES),
+    lossless=True,
     description="Traversal Verification (Weng et al. 2025, Alg. 3): post-order DFS with sequence-level "
                 "acceptance rates; equals Block Verification on chains",
 )
