@@ -35,7 +35,8 @@ _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered claim (module docstring; docs of each field in claims/README in the TOML headers)."""
+    """One registered claim (module docstring). ``check`` names how the rule is applied (`CHECKS`),
+    ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id."""
 
     id: str
     notebook: str
@@ -202,5 +203,18 @@ def annotate(records: Iterable[Mapping[str, Any]], notebook: str, strict: bool =
     return out
 
 
-__all__ = ["Entry", "CLAIMS_DIR", "OWNERS", "KINDS", "CHECKS", "RECORD_FIELDS", "load_registry", "notebooks",
+def annotate_claims_file(path: Path | str) -> Path:
+    """Rewrite a claims file (`results.save_claims`) with its records annotated (`annotate`, strict): text,
+    values, verdicts and provenance unchanged."""
+    import json
+
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    payload = json.loads(text)
+    payload["claims"] = annotate(payload["claims"], payload["notebook"])
+    path.write_text(json.dumps(payload, indent=1) + ("\n" if text.endswith("\n") else ""), encoding="utf-8")
+    return path
+
+
+__all__ = ["Entry", "annotate_claims_file", "CLAIMS_DIR", "OWNERS", "KINDS", "CHECKS", "RECORD_FIELDS", "load_registry", "notebooks",
            "entry_for", "size_of", "record_fields", "annotate"]
