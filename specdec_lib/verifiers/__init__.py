@@ -5,8 +5,8 @@ One module per verifier; each defines ``VERIFIER`` (see `base.Verifier`). ``exac
 compare verifiers on the same tree without sampling noise.
 
 ``VERIFIERS`` holds the lossless verifiers (each proven by exact enumeration). ``NOT_LOSSLESS`` holds
-published verifiers that exact enumeration shows change the output law (HSD as published,
-docs/papers/hsd.md): `verify`, `exact_law` and `expected_tokens` take them, so they can be measured on
+published verifiers that exact enumeration shows change the output law (HSD as its authors' code
+runs it, docs/papers/hsd.md): `verify`, `exact_law` and `expected_tokens` take them, so they can be measured on
 the same trees as the others, but `get_verifier` refuses them, and so does decoding.
 
 Adding a verifier: its module (``VERIFIER`` declaring ``accepts`` and ``lossless``), its own test file,

@@ -8,14 +8,10 @@ Exact law given a tree: a float64 tensor ``law`` of shape ``[N+1, V]`` where ``l
 probability that the accepted path ends at node ``i`` (so the path is root..i) and the extra token
 is ``v``. It sums to 1. Expected emitted tokens = sum_i (depth(i) + 1) * law[i].sum().
 
-``state`` is the smallest hook for verifiers whose output law depends on earlier steps
-(greedy block verification modifies the target of the following steps, Block Verification
-Algorithms 5-6). It is ``None`` for every other verifier. The decode loop threads
-``verdict.state`` into the next call.
-
-Each `Verifier` declares the (shape kind, sampling mode) pairs its ``check`` lets through (``accepts``,
-kinds in `SHAPE_KINDS`, modes in `tree.SAMPLING_MODES`) and whether it is ``lossless``; the exact tests
-parametrize from these declarations.
+``state`` carries what a verifier's law needs from earlier steps (greedy block verification modifies
+the target of the following steps, Block Verification Algs. 5-6; ``None`` for every other verifier);
+the decode loop threads ``outcome.state`` into the next call. Each `Verifier` declares the (shape kind,
+sampling mode) pairs its ``check`` lets through (``accepts``) and whether it is ``lossless``.
 """
 
 from __future__ import annotations
