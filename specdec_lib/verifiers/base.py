@@ -37,8 +37,6 @@ class Outcome:
         return [int(tree.tokens[i]) for i in self.path] + [int(self.token)]
 
 
-Verdict = Outcome  # the former name, used by hsd.py until it is renamed
-
 SampleFn = Callable[[DraftTree, torch.Generator, Any], Outcome]
 LawFn = Callable[[DraftTree, Any], torch.Tensor]
 CheckFn = Callable[[DraftTree], None]

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier, sample_categorical
-from .block import chain_inputs, chain_rows, check_chain, log_ratios, residuals, tau_probs
+from .base import Outcome, Verifier, sample_categorical
+from .block import CHAIN_ACCEPTS, chain_inputs, chain_rows, check_chain, log_ratios, residuals, tau_probs
 
 NAME = "hsd"
 
@@ -66,7 +66,7 @@ def law_of(tree: DraftTree, released: bool) -> torch.Tensor:
     return tau_probs(sigma)[:, None] * torch.cat([rows, P[g:g + 1]])
 
 
-def sample_of(tree: DraftTree, generator: torch.Generator, released: bool) -> Verdict:
+def sample_of(tree: DraftTree, generator: torch.Generator, released: bool) -> Outcome:
     """One verdict: one uniform per level (the full-acceptance test at level g, then the walk back), then the
     extra token; ``generator`` is the only randomness. Works on the rows as stored."""
     P, Q, x = chain_rows(tree)
@@ -79,7 +79,7 @@ def sample_of(tree: DraftTree, generator: torch.Generator, released: bool) -> Ve
         row = P[g]
     else:
         row = W[t] if float(W[t].sum()) > 0 else P[t]
-    return Verdict(path=tuple(range(1, t + 1)), token=sample_categorical(row, generator))
+    return Outcome(path=tuple(range(1, t + 1)), token=sample_categorical(row, generator))
 
 
 def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
@@ -87,7 +87,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     return law_of(tree, released=False)
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """Algorithm 2: one verdict."""
     return sample_of(tree, generator, released=False)
 
@@ -101,6 +101,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=CHAIN_ACCEPTS,
+    lossless=True,
     description="Hierarchical Speculative Decoding (Zhou et al. 2026), the paper's Algorithm 2: capped ratios "
                 "Lambda_t / max(1, max Lambda_i), whole chain with min(r*, 1); its law is Block Verification's.",
 )

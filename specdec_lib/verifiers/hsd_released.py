@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from ..tree import DraftTree
-from .base import Verdict, Verifier
-from .block import check_chain
+from .base import Outcome, Verifier
+from .block import CHAIN_ACCEPTS, check_chain
 from .hsd import law_of, sample_of
 
 NAME = "hsd_released"
@@ -35,7 +35,7 @@ def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
     return law_of(tree, released=True)
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Verdict:
+def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
     """One verdict of the released rule; ``generator`` is the only randomness."""
     return sample_of(tree, generator, released=True)
 
@@ -49,6 +49,8 @@ VERIFIER = Verifier(
     sample=sample,
     law=law,
     check=check,
+    accepts=CHAIN_ACCEPTS,
+    lossless=False,
     description="HSD as released (authors' transformers fork, generation/utils.py _speculative_sampling; NOT "
                 "lossless, measured only): the paper's scan, whole chain accepted with min(1, Lambda_gamma).",
 )
