@@ -38,10 +38,7 @@ Monte Carlo integrals it was computed from (e.g. 03's index laws), which the boo
 pairs that are equal (in law given every tree, or in expectation) with the theorem and the test that
 proves it, so a "+0.00% [-0.00, +0.00]" row is read as an identity, not as a measured tie.
 
-`registry` holds every claim the notebooks report (claims/<notebook>.toml): its id, owner (paper or
-workbook), source, quote, settings, rule and parameters, the test that shows the rule fails without the
-effect, and for rules that cannot fail the defect and a proposed rule; `annotate` writes these fields into
-claim records, `size_of` sets a gain beside the paper's.
+`registry`: every reported claim with its owner, source, quote, rule, parameters and null test (`annotate`).
 
 Modules: `rules` (the written rules), `decisions` (estimate + CI -> verdict), `checks` (rules applied to
 stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook claim -> rule, ties),

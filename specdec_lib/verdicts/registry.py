@@ -36,7 +36,8 @@ _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 @dataclass(frozen=True)
 class Entry:
     """One registered claim (module docstring). ``check`` names how the rule is applied (`CHECKS`),
-    ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id."""
+    ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id;
+    ``retired`` says why a claim the notebook no longer writes is still listed (a committed report holds it)."""
 
     id: str
     notebook: str
@@ -59,6 +60,7 @@ class Entry:
     can_fail: bool = True
     defect: str = ""
     proposed_rule: Mapping[str, Any] = field(default_factory=dict)
+    retired: str = ""
 
     @property
     def null_test(self) -> str:
