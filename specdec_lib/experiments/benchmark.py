@@ -50,7 +50,7 @@ from ..verifiers import get_verifier
 __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
            "default_output_path"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
 DEFAULT_SEQUOIA = "sequoia:16x6"
 INDEPENDENT = "smollm2-135m-draft"

@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "not applicable offline", "failed")
 """Allowed verdicts, best first. ``failed`` is set by the runner for a notebook that raised."""

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from ...models.kv_cache import cache_of, with_cache
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_RUN_DIR = REPO_ROOT / "distill_runs" / "smollm2-135m-draft"
 
 
