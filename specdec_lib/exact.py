@@ -11,7 +11,7 @@ the first ``horizon`` emitted tokens is a finite sum:
 * `step_emitted_law`       exact law of the tokens one step emits (path tokens + extra token);
 * `step_output_law`        the same, continued by the target up to ``horizon`` tokens;
 * `multistep_output_law`   the law of the first ``horizon`` tokens over as many steps as needed,
-                           threading ``Verdict.state`` (greedy block verification is lossless only
+                           threading ``Outcome.state`` (greedy block verification is lossless only
                            across steps, Block Verification Algorithm 6);
 * `target_law`, `max_abs_diff`, `accepted_length_law`, `expected_step_tokens`;
 * `sample_output_counts` / `sample_multistep_counts` run the actual samplers, and
@@ -38,7 +38,7 @@ from .arguments import ArgumentTypeError, check_int, check_seed
 from .models.synthetic import ToyLM
 from .tree import DraftTree, parent_children, validate_parents
 from .verifiers import get_verifier
-from .verifiers.base import NextStateFn, Verdict, Verifier
+from .verifiers.base import NextStateFn, Outcome, Verifier
 
 Law = dict  # dict[tuple[int, ...], float]
 ENUMERABLE_SAMPLING = ("iid", "without_replacement", "topk")
@@ -489,7 +489,7 @@ def sample_output_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
         if id(tree) not in checked:
             v.check(tree)
             checked.add(id(tree))
-        verdict: Verdict = v.sample(tree, gen, None)
+        verdict: Outcome = v.sample(tree, gen, None)
         counts[_continue_sample(target, prefix, verdict.emitted(tree), horizon, gen)] += 1
     return counts
 

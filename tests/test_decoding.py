@@ -25,7 +25,7 @@ from specdec_lib.exact import chi_square_pvalue
 from specdec_lib.models import LanguageModel
 from specdec_lib.models.offline import build_student
 from specdec_lib.sampling import process_logits
-from specdec_lib.verifiers import VERIFIERS, Verdict, Verifier
+from specdec_lib.verifiers import VERIFIERS, Outcome, Verifier
 
 
 @pytest.fixture(scope="module")
@@ -450,7 +450,7 @@ def _accept_everything(tree, generator, state=None):
         node = tree.children[node][0]
         path.append(node)
     row = tree.target_probs[node].double()
-    return Verdict(tuple(path), int(torch.multinomial(row / row.sum(), 1, generator=generator)))
+    return Outcome(tuple(path), int(torch.multinomial(row / row.sum(), 1, generator=generator)))
 
 
 @pytest.mark.slow
