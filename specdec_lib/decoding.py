@@ -267,6 +267,11 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     `sampling.process_logits` (top-p on the target only). ``eos_token_id`` None = the target
     tokenizer's EOS (``ignore_eos=True`` never stops early). Returns a `GenerationOutput` whose steps
     hold emitted / accepted / drafted counts and draft / target / verify seconds.
+
+    Every argument is checked before any session opens (ValueError, TypeError for a wrong type, naming
+    it): models must be loaded (`load_model`), trees hold at most `MAX_TREE_NODES` nodes (counted from
+    the shape), ``acceptance_vector`` goes with Sequoia shapes only, and a Sequoia shape needs it unless
+    the draft has a recorded one.
     """
     temperature, top_p = _check_sampling(temperature, top_p)
     if not isinstance(verifier, str):
