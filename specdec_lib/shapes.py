@@ -109,8 +109,8 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
     if isinstance(shape, (list, tuple)):
         try:
             parents = validate_parents(shape)
-        except ValueError as exc:
-            raise ValueError(f"shape {list(shape)!r:.80} is not a parents list: {exc}") from None
+        except ValueError as exc:  # a wrong entry type stays a TypeError
+            raise type(exc)(f"shape {list(shape)!r:.80} is not a parents list: {exc}") from None
     elif is_sequoia(shape):
         size, depth = _sequoia_spec(shape)
         vector = list(acceptance_vector) if acceptance_vector is not None \
