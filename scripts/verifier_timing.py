@@ -50,7 +50,7 @@ def _parents_of(shape: str | Sequence[int]) -> list[int]:
     if isinstance(shape, str):
         parse = getattr(tree_mod, "parse_shape", None)
         if parse is None:
-            raise ValueError(f"shape strings need specdec_lib.tree.parse_shape; give a parents list instead")
+            raise ValueError("shape strings need specdec_lib.tree.parse_shape; give a parents list instead")
         return list(parse(shape))
     return [int(p) for p in shape]
 

@@ -9,7 +9,7 @@ import torch
 
 from specdec_lib import exact, experiments as E
 from specdec_lib.models.synthetic import random_markov_pair
-from specdec_lib.tree import chain_parents, parse_shape
+from specdec_lib.tree import parse_shape
 from specdec_lib.verifiers import expected_tokens
 
 

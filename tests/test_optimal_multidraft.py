@@ -13,6 +13,7 @@ import torch
 
 from specdec_lib.theory.optimal_multidraft import brute_force_lp_acceptance, exhaustive_acceptance, optimal_acceptance
 from specdec_lib.theory.traversal_identity import first_level_acceptance
+from specdec_lib.tree import DraftTree
 
 
 def _pair(vocab: int, seed: int, zeros: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +157,7 @@ def test_peaked_draft_rows_keep_without_replacement_above_iid():
 # P(accept) <= P(Y in {X_1..X_k}) <= alpha* for the scheme the drafts actually follow.
 
 
-def _star(p: np.ndarray, q: np.ndarray, combo: tuple[int, ...], sampling: str) -> "DraftTree":
+def _star(p: np.ndarray, q: np.ndarray, combo: tuple[int, ...], sampling: str) -> DraftTree:
     """The one-level tree (root -> the drafted children ``combo``, in drafting order) with target row p
     at every node and draft row q at the root. A ``race`` star gets arrival times that make ``combo`` the
     first arrivals of the root's race under q, in order (the verifiers below never read the times)."""

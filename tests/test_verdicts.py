@@ -4,7 +4,6 @@ identity proven in exact rationals)."""
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 import json
 import random
@@ -79,8 +78,8 @@ def test_rules_are_written_for_every_kind():
                  "not_applicable"):
         rule = V.RULES[kind]
         assert rule.kind == kind and rule.text().startswith(f"[{kind}]")
-        for field in ("quantity", "design", "exact", "unit", "min_effect"):
-            assert getattr(rule, field)
+        for name in ("quantity", "design", "exact", "unit", "min_effect"):
+            assert getattr(rule, name)
     for kind in ("superiority", "noninferiority", "equivalence", "trend", "threshold"):
         assert V.RULES[kind].partly == V.PARTLY
 
@@ -253,7 +252,6 @@ def test_seed_stability_per_drafting_seed():
 
 def test_first_level_decision_is_exact_and_reports_the_sampled_difference():
     from specdec_lib.theory import traversal_identity as TI
-    from specdec_lib.exact import enumerate_drafts
     from specdec_lib.models.synthetic import random_markov_pair
     from specdec_lib.tree import binary
 

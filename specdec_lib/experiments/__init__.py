@@ -43,7 +43,7 @@ from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, sum
 from .timing import TIMING_COLUMNS, interleaved_timing, step_seconds_shared_work, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
-__all__ = ["hsd_exact_table", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
+__all__ = ["hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "NoRowsError", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "TIMING_COLUMNS",

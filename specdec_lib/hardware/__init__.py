@@ -24,7 +24,7 @@ from .profiling import (
 )
 
 __all__ = [
-    "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
+    "CHAIN_VERIFIERS", "main", "SHAPES", "DATA_DIR", "shape_config", "shape_only_model", "profile", "profile_times", "level_cost",
     "normalised_times",
     "save_profile", "load_profile", "TreePlan", "optimize_tree", "ChainPlan", "optimize_chain",
     "SEQUOIA_DEMO_PROFILE", "SEQUOIA_DEMO_DRAFT_COST", "predicted_step_seconds", "best_at_size",

