@@ -14,7 +14,7 @@ from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
 
 BODY = """
-from specdec_lib import results
+from specdec_lib.reporting import results
 assert gamma == [4, 8] and isinstance(gamma[0], int), gamma
 if fail:
     raise ValueError('boom')

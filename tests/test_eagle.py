@@ -9,7 +9,6 @@ from collections import Counter
 import pytest
 import torch
 
-from specdec_lib.data import load_prompts
 from specdec_lib.decoding import speculative_generate
 from specdec_lib.training.distill import full_kl, tiny_llama
 from specdec_lib.training.feature.data import FeatureSample

@@ -27,7 +27,7 @@ def _notebook(path, body: str) -> None:
 
 
 GOOD = """
-from specdec_lib import results
+from specdec_lib.reporting import results
 if fail:
     raise RuntimeError('deliberate failure')
 print('ran with profile', profile)
@@ -419,7 +419,8 @@ QUIET = """
 import sys, warnings
 import matplotlib.pyplot as plt
 from tqdm.auto import tqdm as raw_tqdm
-from specdec_lib import progress, results
+from specdec_lib import progress
+from specdec_lib.reporting import results
 for _ in progress.tqdm(range(3), desc='library bar'):
     pass
 for _ in raw_tqdm(range(3), desc='third-party bar'):

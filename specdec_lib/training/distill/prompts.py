@@ -221,7 +221,7 @@ def _math_prompt(rng: random.Random) -> str:
         f"A shop sells pens for {c} euros each. How much do {a} pens cost?",
         f"If a car travels {a * c} km in {c} hours, what is its average speed?",
         f"What is {a * b} divided by {b}?", f"Find the next number in the sequence {a}, {a + c}, {a + 2 * c}, ...",
-        f"What is the probability of drawing a red card from a standard deck? Explain.",
+        "What is the probability of drawing a red card from a standard deck? Explain.",
         f"Is {a * b + 1} a prime number? Explain.", f"What is {a} squared plus {b} squared?",
     ]
     return rng.choice(forms)
