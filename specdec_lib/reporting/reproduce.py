@@ -69,11 +69,8 @@ PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
 """Notebooks run at a time when ``jobs`` is not given. The default profile runs on this project's 2-core CPU
 with one torch thread per notebook (the notebooks' ``num_threads`` default), so two notebooks at a time use
-both cores: 43.8 minutes measured (session 18) instead of
-about 86 one after another. The timings measured inside a notebook then share
-the memory bus with the other notebook; in the run that introduced this, the wall-clock claims matched the
-sequential runs (01's PTT +1.63% vs +1.58%, 04's WS +2.66% vs +2.64%), but not always: in session 14's run 05's
-autoregressive baseline slowed from 52 to 89 ms a step beside its neighbour. ``jobs=1`` gives them the machine alone."""
+both cores: about half the time of one after another. The timings measured inside a notebook then share
+the memory bus with the other notebook, which can slow a step's baseline by well over half. ``jobs=1`` gives them the machine alone."""
 KERNEL = "python3"
 
 EXECUTION_PARAMETERS = frozenset({"num_threads"})

@@ -229,8 +229,8 @@ def _online_training(weights: Path) -> dict:
     return {"method": "specdec_lib.training.feature.online (target sampling at T = 1 and training in one process)",
             "run": name, "device": summary.get("device"), "minutes": summary["totals"]["minutes"],
             "sampling_dtype": summary.get("sample_dtype", "float32"),
-            "objective": summary.get("objectives", {}).get(name, "kl"),  # summaries before session 23: KL only
-            "head": summary.get("heads", {}).get(name, "committed"),  # before session 24: the committed head only
+            "objective": summary.get("objectives", {}).get(name, "kl"),  # a summary without the key: the KL objective
+            "head": summary.get("heads", {}).get(name, "committed"),  # a summary without the key: the committed head
             "sampled_tokens": summary["totals"]["sampled_tokens"], "steps": summary["totals"]["steps"].get(name),
             "heldout_check_t1_by_depth": {"before": summary.get("acceptance_before"),
                                           "after": summary.get("acceptance_after", {}).get(name)},

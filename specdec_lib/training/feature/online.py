@@ -151,7 +151,7 @@ def own_head(draft: FeatureDraft) -> str:
 def with_head(draft: FeatureDraft, head: str) -> FeatureDraft:
     """``draft`` training with the head vocabulary ``head`` (`HEADS`): "committed" leaves its sub-vocabulary head,
     "full" makes it a `SubsetHead` over every token (the same function as the plain tied head, and the
-    ``vocab_ids`` that `online_loss` reads), also for a draft exported with the full head (since session 30)."""
+    ``vocab_ids`` that `online_loss` reads), also for a draft exported with the full head ."""
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, got {head!r}")
     if head == "committed" and own_head(draft) == "full":
@@ -396,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lr, inject_lr = (float(x) for x in spec.split(":"))
         draft = load_feature_draft(lm, a.init)
         if head == "committed":
-            head = own_head(draft)  # "full" for an --init exported with the full head (session 30 on)
+            head = own_head(draft)  # "full" for an --init exported with the full head
         name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
                 + ("" if objective == "kl" else f"_{objective}") + ("" if head == "committed" else f"_{head}head"))
         run_heads[name] = head
