@@ -15,7 +15,6 @@ The authors' released code accepts the whole chain with ``min(1, Lambda_g)`` ins
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
@@ -82,27 +81,23 @@ def sample_of(tree: DraftTree, generator: torch.Generator, released: bool) -> Ou
     return Outcome(path=tuple(range(1, t + 1)), token=sample_categorical(row, generator))
 
 
-def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
-    """Exact law ``[N+1, V]`` of Algorithm 2 on a chain (law[t, y] = P(tau = t, Y = y))."""
-    return law_of(tree, released=False)
+def chain_verifier(name: str, released: bool, lossless: bool, description: str) -> Verifier:
+    """The `Verifier` of one HSD reading on chains: the paper's Algorithm 2 (``released=False``) or the
+    authors' released code (``released=True``); the two share the scan and differ in the whole-chain test."""
+    return Verifier(
+        name=name,
+        sample=lambda tree, generator, state=None: sample_of(tree, generator, released),
+        law=lambda tree, state=None: law_of(tree, released),
+        check=lambda tree: check_chain(tree, name),
+        accepts=CHAIN_ACCEPTS,
+        lossless=lossless,
+        description=description,
+    )
 
 
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
-    """Algorithm 2: one verdict."""
-    return sample_of(tree, generator, released=False)
-
-
-def check(tree: DraftTree) -> None:
-    check_chain(tree, NAME)
-
-
-VERIFIER = Verifier(
-    name=NAME,
-    sample=sample,
-    law=law,
-    check=check,
-    accepts=CHAIN_ACCEPTS,
-    lossless=True,
+VERIFIER = chain_verifier(
+    NAME, released=False, lossless=True,
     description="Hierarchical Speculative Decoding (Zhou et al. 2026), the paper's Algorithm 2: capped ratios "
                 "Lambda_t / max(1, max Lambda_i), whole chain with min(r*, 1); its law is Block Verification's.",
 )
+law, sample, check = VERIFIER.law, VERIFIER.sample, VERIFIER.check

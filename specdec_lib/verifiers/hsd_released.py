@@ -18,39 +18,16 @@ registered in `specdec_lib.verifiers.NOT_LOSSLESS`: ``verify`` / ``exact_law`` m
 
 from __future__ import annotations
 
-from typing import Any
 
-import torch
 
-from ..tree import DraftTree
-from .base import Outcome, Verifier
-from .block import CHAIN_ACCEPTS, check_chain
-from .hsd import law_of, sample_of
+from .hsd import chain_verifier
 
 NAME = "hsd_released"
 
 
-def law(tree: DraftTree, state: Any = None) -> torch.Tensor:
-    """Exact law ``[N+1, V]`` of the released rule on a chain."""
-    return law_of(tree, released=True)
-
-
-def sample(tree: DraftTree, generator: torch.Generator, state: Any = None) -> Outcome:
-    """One verdict of the released rule; ``generator`` is the only randomness."""
-    return sample_of(tree, generator, released=True)
-
-
-def check(tree: DraftTree) -> None:
-    check_chain(tree, NAME)
-
-
-VERIFIER = Verifier(
-    name=NAME,
-    sample=sample,
-    law=law,
-    check=check,
-    accepts=CHAIN_ACCEPTS,
-    lossless=False,
+VERIFIER = chain_verifier(
+    NAME, released=True, lossless=False,
     description="HSD as released (authors' transformers fork, generation/utils.py _speculative_sampling; NOT "
                 "lossless, measured only): the paper's scan, whole chain accepted with min(1, Lambda_gamma).",
 )
+law, sample, check = VERIFIER.law, VERIFIER.sample, VERIFIER.check
