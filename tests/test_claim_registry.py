@@ -100,9 +100,13 @@ def test_every_null_test_exists():
 def test_the_defects_named_by_the_review_are_marked():
     named = {"02.throughput_below_acceptance", "03.c4_specinfer_above_sequence", "04.gain_every_category",
              "04.wallclock_gain", "01.ptt", "01.atn_saturates", "05.figure3_vs_specinfer_topk", "05.figure3_vs_spectr"}
-    assert {e.id for e in ENTRIES if not e.can_fail} == named
-    c6 = BY_ID["03.c6_converge"]
-    assert c6.defect and c6.history and "k = 4" in c6.history[0]["new_rule"]
+    marked = {e.id for e in ENTRIES if not e.can_fail}
+    fixed = {e.id for e in ENTRIES if e.can_fail and e.history and e.history[-1].get("defect")}
+    assert named <= marked | fixed, named - marked - fixed   # each still marked, or its rule replaced with the reason
+    for i in named & fixed:
+        assert BY_ID[i].rule_revision and BY_ID[i].history[-1]["verdict_new"], i
+    c6 = BY_ID["03.c6_converge"]   # its data-chosen start (k = 4) replaced by every drafted k >= 2
+    assert "k = 4" in c6.history[0]["new_rule"] and c6.history[-1].get("defect") and "k >= 2" in c6.history[-1]["new_rule"]
 
 
 def test_workbook_derivations_and_workbook_claims_are_labelled():

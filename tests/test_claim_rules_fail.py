@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from specdec_lib.reporting import results
-from specdec_lib.verdicts import (AllOfCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
-                                  VectorStatisticCheck, cells_significantly_above, decide_directional, decide_every,
+from specdec_lib.verdicts import (AllOfCheck, ConcavityCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
+                                  VectorStatisticCheck, cells_significantly_below, decide_directional, decide_every,
                                   decide_exact, decide_trend, registry)
 
 ENTRIES = registry.load_registry()
@@ -203,12 +203,6 @@ def interval(p, o, scenario):
                          partly=p["low"] <= mean <= p["high"]).verdict
 
 
-def between(p, o, scenario, value=None, upper=0.08):
-    """01 PTT / 04 WS as the notebooks decide them: low < value < upper, partly value > partly_low."""
-    x = upper / 2 if value is None else value
-    return results.claim("x", "x", "", "", bool(p["low"] < x < upper), partly=bool(x > p["partly_low"])).verdict
-
-
 def ordering(p, o, scenario):
     token, greedy, block = {"effect": (2.9, 3.1, 4.0), "null": (2.9, 2.9, 2.9)}[scenario]
     return results.claim("x", "x", "", "", bool(token < greedy < block)).verdict
@@ -218,14 +212,6 @@ def dominance(p, o, scenario):
     d = {"effect": [256, 256, 128], "flipped": [-256, 0, 0]}[scenario]   # 7B size minus 13B size per T
     return results.claim("x", "x", "", "", bool(all(x >= 0 for x in d) and any(x > 0 for x in d)),
                          partly=bool(all(x >= 0 for x in d))).verdict
-
-
-def holm(p, o, scenario, gaps=None):
-    """05 Figure 3 as the notebook decides it: no cell significantly above (Holm), partly > 80% of cells."""
-    ses = np.full(12, 0.01)
-    gaps = np.full(12, {"effect": -0.05, "flipped": 0.05}[scenario]) if gaps is None else gaps
-    ok = ~cells_significantly_above(gaps, ses, p["alpha"])
-    return results.claim("x", "x", "", "", bool(ok.all()), partly=bool(ok.mean() > 0.8)).verdict
 
 
 def range_(p, o, scenario):
@@ -245,94 +231,73 @@ def growth(p, o, scenario):
                         [1, 1, 1]).verdict
 
 
+def concavity(p, o, scenario):
+    """01 ATN saturates: a saturating curve (1 - 0.7^(n+1)) / 0.3 against a straight line 1 + 0.4 n."""
+    rng = np.random.default_rng(0)
+    curve = (lambda n: (1 - 0.7 ** (n + 1)) / 0.3) if scenario == "effect" else (lambda n: 1 + 0.4 * n)
+    rows = [{"prompt_id": f"p{i}", "n": n, "verifier": "token", "expected_tokens": curve(n) + rng.normal(0, 0.05)}
+            for i in range(12) for n in (2, 5, 10) for _ in range(3)]
+    return ConcavityCheck("x", "n", "token", (2, 5, 10), p["min_effect"]).evaluate(pd.DataFrame(rows), n_boot=BOOT).verdict
+
+
+def _step_frame(rate, step_ratio, prompts=12, seed=0, noise=0.005):
+    """Interleaved runs of arms M and base per prompt: M's tokens/s is ``rate`` x base's and its seconds per
+    step ``step_ratio`` x base's (times wobble by ``noise``; 0: the ratios hold exactly)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(prompts):
+        seconds = 1.0 + rng.uniform()
+        for arm, r, s in (("M", rate, step_ratio), ("base", 1.0, 1.0)):
+            t = seconds * (1 + (rng.normal(0, noise) if noise else 0.0))
+            rows.append({"prompt_id": f"p{i}", "arm": arm, "tokens": 100.0 * r * seconds, "seconds": t,
+                         "steps": 40.0 * seconds / s, "verify_s": 0.1 * t})
+    return pd.DataFrame(rows)
+
+
+def speedup_and_overhead(p, o, scenario):
+    """01 PTT: M faster in tokens/s and slower per step; null: no step overhead (PTT gain = ATN gain)."""
+    rate, step = {"effect": (1.06, 1.02), "null": (1.06, 1.0), "flipped": (0.97, 1.02)}[scenario]
+    frame = _step_frame(rate, step, noise=0.0 if scenario == "null" else 0.005)
+    cells = [SpeedupCheck("t", "M", "base", min_effect=p["min_effect"]),
+             SpeedupCheck("s", "M", "base", rate=("seconds", "steps"), min_effect=p["min_effect"])]
+    return AllOfCheck("x", cells).evaluate(frame, n_boot=BOOT).verdict
+
+
+def step_overhead(p, o, scenario):
+    """02 throughput below acceptance: M's verification seconds per step above base's; null: equal."""
+    frame = _step_frame(1.0, {"effect": 1.5, "null": 1.0}[scenario], noise=0.0 if scenario == "null" else 0.005)
+    return SpeedupCheck("x", "M", "base", rate=("verify_s", "steps"), min_effect=p["min_effect"]).evaluate(
+        frame, n_boot=BOOT).verdict
+
+
+def holm_below(p, o, scenario):
+    """05 Figure 3: every cell significantly below (Holm); null: the schemes tie in every cell."""
+    gaps = np.full(12, {"effect": -0.05, "null": 0.0}[scenario])
+    below = cells_significantly_below(gaps, np.full(12, 0.01), p["alpha"])
+    return results.claim("x", "x", "", "", bool(below.all())).verdict
+
+
 CURRENT = {"gain": gain, "every_gain": every_gain, "every_model_gap": every_model_gap, "allof_model_gap": allof_model_gap,
            "allof_speedup": allof_speedup, "speedup": speedup, "trend": trend, "vector_statistic": vector_statistic,
            "identity": identity, "exact": exact, "threshold": threshold, "threshold_partly": threshold_partly,
-           "interval": interval, "between": between, "ordering": ordering, "dominance": dominance, "holm": holm,
-           "range": range_, "growth": growth}
+           "interval": interval, "ordering": ordering, "dominance": dominance,
+           "range": range_, "growth": growth, "concavity": concavity, "speedup_and_overhead": speedup_and_overhead,
+           "step_overhead": step_overhead, "holm_below": holm_below}
 NULLS = {"gain": ("null",), "every_gain": ("null",), "every_model_gap": ("flipped",), "allof_model_gap": ("null",),
          "allof_speedup": ("null",), "speedup": ("null",), "trend": ("flipped",), "vector_statistic": ("flipped",),
          "identity": ("null",), "exact": ("null",), "threshold": ("null", "flipped"), "threshold_partly": ("flipped",),
-         "interval": ("null",), "ordering": ("null",), "dominance": ("flipped",), "range": ("null",), "growth": ("null",)}
+         "interval": ("null",), "ordering": ("null",), "dominance": ("flipped",), "range": ("null",), "growth": ("null",),
+         "concavity": ("null",), "speedup_and_overhead": ("null", "flipped"), "step_overhead": ("null",),
+         "holm_below": ("null",)}
 """Per check: the scenarios without the claim's effect (``null``: arms equal / effect removed; ``flipped``)."""
 
 
 # ----------------------------------------------------------------------------------------- defects
 
-def _atn(n, linear):
-    return 1 + 0.4 * n if linear else (1 - 0.7 ** (n + 1)) / 0.3
-
-
-def _atn_rule(entry, linear):
-    """01's rule: SpS tokens per step at n = 10 below (n + 1) / 2; a linear, unsaturated curve passes it."""
-    x = _atn(10, linear)
-    return decide_directional(x, x, x, "<", entry.parameters["bound"], 0.0, "threshold", exact=True).verdict
-
-
-def _concavity(p, linear):
-    """Proposed for 01 ATN saturates: the slope from n = 5 to 10 below the slope from 2 to 5 by min_effect."""
-    a = {n: _atn(n, linear) for n in (2, 5, 10)}
-    drop = (a[5] - a[2]) / 3 - (a[10] - a[5]) / 5
-    return decide_directional(drop, drop, drop, ">", p["min_effect"], 0.0, "trend", exact=True).verdict
-
-
-def _between_strict(ptt, atn):
-    return decide_every([decide_directional(ptt, ptt, ptt, ">", 0.0, exact=True),
-                         decide_directional(atn - ptt, atn - ptt, atn - ptt, ">", 0.0, exact=True)]).verdict
-
-
-def _nested(entry, scenario):
-    """03 C4: each tree against the chain inside itself: the tree's value is the chain's plus extra
-    accepted tokens >= 0 (without the claim's effect, rare small extras)."""
-    rng = np.random.default_rng(2)
-    frame = _pair_frame(lambda c: 0.0, ("GSS", "ERSS"), noise=0.0)
-    a = frame["verifier"] == "A"
-    frame.loc[a, "expected_tokens"] += np.where(rng.uniform(size=a.sum()) < 0.3, 0.2, 0.0)
-    return EveryCheck("x", ["cell"], _gain_check(entry.parameters, entry.options)).evaluate(frame, n_boot=BOOT).verdict
-
-
-def _independent(entry, scenario):
-    """Proposed for 03 C4: against an independently drafted sequence (no nesting): the sign can flip."""
-    g = {"effect": 0.05, "null": -0.03}[scenario]
-    frame = _pair_frame(lambda c: g, ("GSS", "ERSS"))
-    return EveryCheck("x", ["cell"], _gain_check(entry.proposed_rule["parameters"], {"direction": ">"})
-                      ).evaluate(frame, n_boot=BOOT).verdict
-
-
-def _ws_modelled(be_gain, verify_cost):
-    """04's WS gain: exact BE over a modelled step time that block lengthens by its verification cost."""
-    return (1 + be_gain) / (1 + verify_cost) - 1
-
-
-DEFECTS = {
-    # id: (current rule on the design's data without the effect, proposed rule (scenario -> verdict))
-    "01.atn_saturates": (lambda e: _atn_rule(e, linear=True),
-                         lambda e, s: _concavity(e.proposed_rule["parameters"], linear=s == "null")),
-    "01.ptt": (lambda e: {between(e.parameters, e.options, "null", value=v, upper=0.067) for v in (0.067, 0.08)},
-               lambda e, s: _between_strict(0.059 if s == "effect" else 0.067, 0.067)),
-    "02.throughput_below_acceptance": (  # no verification overhead at all: 0 > -0.5
-        lambda e: decide_directional(0.0, 0.0, 0.0, ">", e.parameters["bound"], 0.0, "threshold", exact=True).verdict,
-        lambda e, s: threshold(e.proposed_rule["parameters"], {"direction": ">", "with_ci": True},
-                               "effect" if s == "effect" else "null")),
-    "03.c4_specinfer_above_sequence": (lambda e: _nested(e, "null"), _independent),
-    "04.gain_every_category": (lambda e: EveryCheck("x", ["cell"], _gain_check(e.parameters, e.options)).evaluate(
-        _pair_frame(lambda c: 0.0, ("c1", "c2", "c3"), noise=0.0), n_boot=BOOT).verdict,
-        lambda e, s: every_gain(e.proposed_rule["parameters"], {"cell_rule": "superiority"}, s)),
-    "04.wallclock_gain": (lambda e: {between(e.parameters, e.options, "null", value=_ws_modelled(0.16, c), upper=0.16)
-                                     for c in (0.001, 0.01, 0.05)},
-                          lambda e, s: speedup(e.proposed_rule["parameters"], {}, s)),
-    "05.figure3_vs_specinfer_topk": (lambda e: holm(e.parameters, e.options, "x", gaps=np.zeros(12)),
-                                     lambda e, s: _holm_below(e, s)),
-    "05.figure3_vs_spectr": (lambda e: holm(e.parameters, e.options, "x", gaps=np.zeros(12)),
-                             lambda e, s: _holm_below(e, s)),
+DEFECTS: dict = {
+    # id: (current rule on the design's data without the effect, proposed rule (scenario -> verdict)); each
+    # defect found so far has its rule replaced (the registry's history keeps the defect and the old rule)
 }
-
-
-def _holm_below(entry, scenario):
-    """Proposed for 05 Figure 3: every cell significantly below (Holm on one-sided tests of gap < 0)."""
-    gaps = np.full(12, -0.05 if scenario == "effect" else 0.0)
-    below = cells_significantly_above(-gaps, np.full(12, 0.01), entry.proposed_rule["parameters"]["alpha"])
-    return results.claim("x", "x", "", "", bool(below.all())).verdict
 
 
 # ----------------------------------------------------------------------------------------- tests

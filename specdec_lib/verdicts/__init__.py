@@ -42,7 +42,7 @@ proves it, so a "+0.00% [-0.00, +0.00]" row is read as an identity, not as a mea
 
 Modules: `rules` (the written rules), `decisions` (estimate + CI -> verdict), `checks` (rules applied to
 stored frames), `recording` (seed stability, claim rows), `catalogue` (notebook claim -> rule, ties),
-`registry` (the claims registry).
+`registry` (the claims registry), `concavity` (a curve's saturation).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
 from .checks import (AllOfCheck, EveryCheck, GainCheck, claimed_sign, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
                      VectorStatisticCheck, bootstrap_indices, cluster_of, convergence_start, first_level_decision, paired_difference,
                      paired_sums)
-from .decisions import (Decision, cells_significantly_above, decide_directional, decide_equivalence, decide_every,
+from .concavity import ConcavityCheck, slope_drop
+from .decisions import (Decision, cells_significantly_above, cells_significantly_below, decide_directional, decide_equivalence, decide_every,
                         decide_exact, decide_trend, power_statement)
 from .recording import SEED_DEPENDENT, STABLE_MARK, checked_claim, evaluate, seed_stability, to_claim
 from .rules import MIN_EFFECT, PARTLY, RULES, Rule
@@ -60,6 +61,7 @@ from .registry import annotate, entry_for, load_registry, size_of
 
 __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
+           "cells_significantly_below", "ConcavityCheck", "slope_drop",
            "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "claimed_sign", "IdentityCheck", "ModelGapCheck",
            "VectorStatisticCheck", "SpeedupCheck",

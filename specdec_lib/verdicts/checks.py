@@ -284,7 +284,10 @@ class SpeedupCheck:
     `hardware.round_profile` through `interleaved_timing`'s ``round_inputs``); it is called with a DataFrame of
     one row per resampled prompt (the ``baseline`` arm's values, repeated as the prompt is drawn) and returns
     the predicted speedup. The model's inputs then vary with the prompts as the timings do, and their noise is
-    inside the CI."""
+    inside the CI.
+
+    ``rate``: the (numerator, denominator) columns of the pooled rate, tokens per second by default;
+    ``("seconds", "steps")`` compares the arms' seconds per step (a step's overhead) on the same runs."""
 
     claim: str
     method: str
@@ -295,8 +298,12 @@ class SpeedupCheck:
     margin: float | None = None
     min_effect: float = MIN_EFFECT["superiority"]
     inputs: Sequence[str] = ()
+    rate: tuple[str, str] = ("tokens", "seconds")
 
     def __post_init__(self):
+        if (not isinstance(self.rate, (tuple, list)) or len(self.rate) != 2
+                or not all(isinstance(c, str) and c for c in self.rate) or self.rate[0] == self.rate[1]):
+            raise ValueError(f"rate must name two different columns (numerator, denominator), got {self.rate!r}")
         if self.direction not in (">", "<", "="):
             raise ValueError(f"direction must be '>', '<' or '=', got {self.direction!r}")
         if self.direction == "=" and self.margin is None:
@@ -312,7 +319,7 @@ class SpeedupCheck:
             _check_prediction(self.predicted)
 
     def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
-        missing = [c for c in (self.column, "prompt_id", "tokens", "seconds", *self.inputs) if c not in frame.columns]
+        missing = [c for c in (self.column, "prompt_id", *self.rate, *self.inputs) if c not in frame.columns]
         if missing:
             raise ValueError(f"frame lacks the columns {missing}")
         parts = {arm: frame[frame[self.column] == arm] for arm in (self.method, self.baseline)}
@@ -320,7 +327,7 @@ class SpeedupCheck:
         if not clusters:
             raise ValueError(f"no prompt was timed with both {self.method!r} and {self.baseline!r}")
         # prompts timed by one arm only fall outside ``clusters`` and so out of the sums
-        sums = {arm: _cluster_sums(p, ["tokens", "seconds"], clusters)[0] for arm, p in parts.items()}
+        sums = {arm: _cluster_sums(p, list(self.rate), clusters)[0] for arm, p in parts.items()}
         predict = self._prediction(parts[self.baseline], clusters)
 
         def speedup(rows):

@@ -205,3 +205,11 @@ def cells_significantly_above(gaps: Sequence[float], ses: Sequence[float], alpha
                 break
             flagged[idx[i]] = True
     return flagged
+
+
+def cells_significantly_below(gaps: Sequence[float], ses: Sequence[float], alpha: float = 0.05) -> np.ndarray:
+    """Which cells of an "A < B in every cell" claim show A significantly below B, family-wise: Holm's
+    step-down on the one-sided tests of "gap >= 0" (`cells_significantly_above` on the negated gaps). A cell
+    with zero SE counts as below only when its gap is below ``-MIN_EFFECT['exact']``: an exact tie is not
+    "lowest"."""
+    return cells_significantly_above(-np.asarray(gaps, dtype=float), ses, alpha)

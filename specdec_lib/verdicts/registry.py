@@ -23,8 +23,9 @@ OWNERS = ("paper", "workbook")
 VALUE_SOURCES = ("paper", "workbook derivation", "none")
 KINDS = ("superiority", "noninferiority", "equivalence", "exact", "trend", "every", "threshold", "not_applicable")
 CHECKS = ("gain", "every_gain", "every_model_gap", "allof_model_gap", "allof_speedup", "speedup", "trend",
-          "vector_statistic", "identity", "exact", "threshold", "threshold_partly", "interval", "between", "ordering",
-          "dominance", "holm", "range", "growth", "not_applicable")
+          "vector_statistic", "identity", "exact", "threshold", "threshold_partly", "interval", "ordering",
+          "dominance", "holm_below", "range", "growth", "concavity", "step_overhead", "speedup_and_overhead",
+          "not_applicable")
 """How each rule is applied (the synthetic data of tests/test_claim_rules_fail.py is built per check)."""
 NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}]"
 RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
@@ -152,6 +153,15 @@ def entry_for(notebook: str, claim_text: str, entries: Iterable[Entry] | None = 
     return found[0]
 
 
+def rule_parameters(claim_id: str, entries: Iterable[Entry] | None = None) -> dict[str, float]:
+    """The registered parameters (margins, minimum effect, alpha) of claim ``claim_id``: what a notebook passes
+    to the claim's check, so that no notebook sets a margin of its own. KeyError for an unknown id."""
+    found = [e for e in (entries if entries is not None else load_registry()) if e.id == claim_id]
+    if not found:
+        raise KeyError(f"no registry entry has id {claim_id!r} (specdec_lib/verdicts/claims/)")
+    return dict(found[0].parameters)
+
+
 _GAIN = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)%\s*(?:\[\s*([+-]?\d+(?:\.\d+)?)\s*,\s*([+-]?\d+(?:\.\d+)?)\s*\])?")
 
 
@@ -219,4 +229,4 @@ def annotate_claims_file(path: Path | str) -> Path:
 
 
 __all__ = ["Entry", "annotate_claims_file", "CLAIMS_DIR", "OWNERS", "KINDS", "CHECKS", "RECORD_FIELDS", "load_registry", "notebooks",
-           "entry_for", "size_of", "record_fields", "annotate"]
+           "entry_for", "rule_parameters", "size_of", "record_fields", "annotate"]
