@@ -87,12 +87,26 @@ def summary_paragraph(name: str, claims: list[Mapping[str, Any]], run: Mapping[s
     return text
 
 
+def size_cell(claim: Mapping[str, Any]) -> str:
+    """Our gain over the paper's as the claims tables show it: ``2.10 [1.40, 2.80] larger`` and, outside a
+    factor of 2, the reason (the record's ``size_note``); "–" for a claim without a size (HTML-escaped)."""
+    ratio = claim.get("size_ratio")
+    if not ratio:
+        return "–"
+    est, low, high = (list(ratio) + [None, None])[:3]
+    text = f"{est:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else "")
+    text = f"{html.escape(text)} {html.escape(str(claim.get('size', '')))}"
+    if claim.get("size_note"):
+        text += f"<br><small style='color:#555'>{_cell(claim['size_note'])}</small>"
+    return text
+
+
 def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None) -> str:
     """The block that opens a report: the summary paragraph and the claims table (claim, paper's value, ours,
-    95% CI, verdict). One HTML block without blank lines (a markdown cell keeps it whole)."""
+    95% CI, ours / paper (`size_cell`), verdict). One HTML block without blank lines (a markdown cell keeps it whole)."""
     papers = list(dict.fromkeys(c["paper"] for c in claims))
     head = ("<tr>" + ("<th>paper</th>" if len(papers) > 1 else "") + "<th>claim</th><th>paper's value</th>"
-            "<th>ours</th><th>95% CI</th><th>verdict</th></tr>")
+            "<th>ours</th><th>95% CI</th><th>ours / paper</th><th>verdict</th></tr>")
     rows = []
     for c in claims:
         ours, ci = (c["ours"], c["ci"]) if c.get("ci") else split_ci(c["ours"])
@@ -100,7 +114,7 @@ def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping
         rows.append(f"<tr data-verdict='{html.escape(c['verdict'])}'>"
                     + (f"<td>{_cell(c['paper'])}</td>" if len(papers) > 1 else "")
                     + f"<td>{_cell(c['claim'])}{notes}</td><td>{_cell(c['paper_value'])}</td><td>{_cell(ours)}</td>"
-                    f"<td style='white-space:nowrap'>{_cell(ci or '–')}</td>"
+                    f"<td style='white-space:nowrap'>{_cell(ci or '–')}</td><td>{size_cell(c)}</td>"
                     f"<td style='background:{_COLOURS.get(c['verdict'], '#fff')}'>{_cell(c['verdict'])}</td></tr>")
     return ("<div id='claims-summary' class='specdec-claims-summary'>"
             f"<h2>Claims at a glance</h2><p>{html.escape(summary_paragraph(name, claims, run))}</p>"

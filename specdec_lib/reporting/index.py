@@ -11,10 +11,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .html import _COLOURS, _cell, split_ci
+from .destinations import check_existing_dir
+from .html import _COLOURS, _cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
+from .rule_history import rule_changes_section
 from ..verdicts import SEED_DEPENDENT, STABLE_MARK
+from ..verdicts.registry import load_registry
 
 PREVIOUS_CLAIMS = Path(".previous") / "claims"
 """Where the runner keeps the claim files it replaced (relative to the reports folder)."""
@@ -201,8 +204,11 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     """Write ``<reports>/index.html`` from the claim files and run records; returns its path.
 
     It shows the run metadata (date, git revision, machine, profile, minutes per notebook), the verdict
-    counts per paper, the verdicts changed since the previous run (`previous_claims`), the notebooks and
-    every claim, with a verdict filter (a small inline script; without it every row shows)."""
+    counts per paper, the verdicts changed since the previous run (`previous_claims`), the registry's rule
+    changes (`rule_history`), the notebooks and
+    every claim, with a verdict filter (a small inline script; without it every row shows). ValueError naming
+    ``reports_dir`` when it is not an existing folder (it is never created here)."""
+    check_existing_dir("reports_dir", reports_dir)
     reports = Path(reports_dir)
     claim_rows, nb_rows = index_rows(reports, notebook_dir)
     changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])
@@ -210,7 +216,8 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
     checks = data_seed_rows(reports / SEED_CHECKS, claim_rows, nb_rows)
     out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
-           + _seed_section(claim_rows) + _data_seed_section(checks) + _notebooks_section(nb_rows)
+           + rule_changes_section(load_registry(), claim_rows) + _seed_section(claim_rows) + _data_seed_section(checks)
+           + _notebooks_section(nb_rows)
            + _claims_section(claim_rows, counts, changed_keys))
     out.append(_FILTER_JS)
     out.append("</body></html>")
@@ -408,7 +415,7 @@ def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
                f"<option value='changed'>changed since the previous run ({len(changed_keys)})</option></select> "
                f"<span id='shown-count'>{len(claim_rows)} shown</span></p>"
                "<table id='claims'><tr><th>notebook</th><th>paper</th><th>claim</th>"
-               "<th>paper's value</th><th>ours</th><th>95% CI</th><th>verdict</th></tr>")
+               "<th>paper's value</th><th>ours</th><th>95% CI</th><th>ours / paper</th><th>verdict</th></tr>")
     for r in claim_rows:
         changed = (r["notebook"], r["paper"], r["claim"]) in changed_keys
         notes = f"<div class='notes'>{_cell(r.get('notes'))}</div>" if r.get("notes") else ""
@@ -417,6 +424,6 @@ def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
                    f"<td>{_cell(r['notebook'], r['report'])}</td><td>{_cell(r['paper'])}</td>"
                    f"<td>{_cell(r['claim'])}{' <b>(changed)</b>' if changed else ''}{notes}</td>"
                    f"<td>{_cell(r['paper_value'])}</td><td>{_cell(ours)}</td>"
-                   f"<td style='white-space:nowrap'>{_cell(ci)}</td>{_verdict_cell(r['verdict'])}</tr>")
+                   f"<td style='white-space:nowrap'>{_cell(ci)}</td><td>{size_cell(r)}</td>{_verdict_cell(r['verdict'])}</tr>")
     out.append("</table>")
     return out

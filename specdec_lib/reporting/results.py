@@ -60,7 +60,8 @@ class Claim:
     `save_claims`): the entry's ``id``, ``owner`` ("paper" or "workbook"), ``source`` and ``quote`` in the paper,
     the ``rule`` kind and its ``parameters``, the ``null_test`` that shows the rule fails without the effect,
     where the paper value comes from (``paper_value_source``), ``can_fail`` and, for gain claims with a paper
-    number, ``size_ratio`` (ours / paper [low, high]) and ``size``. Empty for a claim outside the registry."""
+    number, ``size_ratio`` (ours / paper [low, high]), ``size`` and, outside a factor of 2, ``size_note`` (why).
+    Empty for a claim outside the registry."""
 
     paper: str
     claim: str
@@ -79,6 +80,7 @@ class Claim:
     can_fail: bool | None = None
     size_ratio: list | None = None
     size: str = ""
+    size_note: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -100,7 +102,7 @@ def _record(claim_record: Claim) -> dict[str, Any]:
     record = asdict(claim_record)
     if not claim_record.id:
         return {k: record[k] for k in CLAIM_FIELDS}
-    return {k: v for k, v in record.items() if not (k in ("size_ratio", "size") and v in ("", None))}
+    return {k: v for k, v in record.items() if not (k in ("size_ratio", "size", "size_note") and v in ("", None))}
 
 
 def _text(value: Any) -> str:

@@ -29,7 +29,7 @@ CHECKS = ("gain", "every_gain", "every_model_gap", "allof_model_gap", "allof_spe
 """How each rule is applied (the synthetic data of tests/test_claim_rules_fail.py is built per check)."""
 NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}]"
 RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
-                 "can_fail", "size_ratio", "size")
+                 "can_fail", "size_ratio", "size", "size_note")
 """The registry fields a claim record carries (`annotate`)."""
 _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 
@@ -38,7 +38,8 @@ _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 class Entry:
     """One registered claim (module docstring). ``check`` names how the rule is applied (`CHECKS`),
     ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id;
-    ``retired`` says why a claim the notebook no longer writes is still listed (a committed report holds it)."""
+    ``retired`` says why a claim the notebook no longer writes is still listed (a committed report holds it);
+    ``size_note`` says why our gain is more than a factor of 2 from the paper's (pair, draft kind, setting)."""
 
     id: str
     notebook: str
@@ -56,6 +57,7 @@ class Entry:
     differences: tuple[str, ...] = ()
     paper_value_source: str = "paper"
     paper_number: float | None = None
+    size_note: str = ""
     rule_revision: str = ""
     history: tuple[Mapping[str, str], ...] = ()
     can_fail: bool = True
@@ -194,6 +196,8 @@ def record_fields(entry: Entry, record: Mapping[str, Any]) -> dict[str, Any]:
         size = size_of(str(record.get("ours", "")), entry.paper_number)
         if size is not None:
             out.update(size)
+            if size["size"] != "comparable":
+                out["size_note"] = entry.size_note or "no reason recorded for a size outside a factor of 2"
     return out
 
 
