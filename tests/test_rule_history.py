@@ -1,6 +1,8 @@
 """The index's rule changes (reporting.rule_history) and the size column of the claims tables
 (reporting.html.size_cell, the registry's size_note)."""
 
+import pytest
+
 from specdec_lib.reporting.html import claims_summary_html, size_cell
 from specdec_lib.reporting.index import build_index
 from specdec_lib.reporting.rule_history import rule_change_rows, rule_changes_section
@@ -61,3 +63,31 @@ def test_the_report_table_has_the_size_column():
                "verdict": "reproduced", "size_ratio": [3.2, 2.4, 4.0], "size": "larger", "size_note": "why"}]
     text = claims_summary_html("01", claims)
     assert "<th>ours / paper</th>" in text and "3.20 [2.40, 4.00] larger" in text
+
+
+def test_a_derived_paper_value_is_labelled_as_the_workbooks():
+    from specdec_lib.reporting.html import paper_value_cell
+
+    assert paper_value_cell({"paper_value": "1.8", "paper_value_source": "paper"}) == "1.8"
+    assert "workbook derivation" in paper_value_cell({"paper_value": "1.8", "paper_value_source": "workbook derivation"})
+    text = claims_summary_html("01", [{"paper": "p", "claim": "c", "paper_value": "61/25", "ours": "2.44",
+                                       "verdict": "reproduced", "paper_value_source": "workbook derivation"}])
+    assert "61/25 <small" in text
+
+
+def test_refresh_claims_summary_rewrites_only_the_claims_block(tmp_path):
+    from specdec_lib.reporting.html import refresh_claims_summary
+
+    claims = [{"paper": "p", "claim": "c", "paper_value": "+5%", "ours": "+6.00% [+4.00, +8.00]", "verdict": "reproduced"}]
+    block = claims_summary_html("01", claims).replace("id='claims-summary' class='specdec-claims-summary'",
+                                                     'class="specdec-claims-summary" id="claims-summary"')
+    page = tmp_path / "r.html"
+    page.write_text(f"<html><body><div class='cell'>{block}\n</div><p>the notebook</p></body></html>", encoding="utf-8")
+    refresh_claims_summary(page, "01", [{**claims[0], "size_ratio": [1.2, 0.8, 1.6], "size": "comparable"}])
+    text = page.read_text(encoding="utf-8")
+    assert "1.20 [0.80, 1.60] comparable" in text and text.count("Claims at a glance") == 1
+    assert text.endswith("\n</div><p>the notebook</p></body></html>")
+    bare = tmp_path / "bare.html"
+    bare.write_text("<html></html>", encoding="utf-8")
+    with pytest.raises(ValueError, match="no claims block"):
+        refresh_claims_summary(bare, "01", claims)

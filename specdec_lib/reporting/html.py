@@ -101,6 +101,16 @@ def size_cell(claim: Mapping[str, Any]) -> str:
     return text
 
 
+def paper_value_cell(claim: Mapping[str, Any]) -> str:
+    """The paper's value as the claims tables show it, labelled when it is not the paper's: a value the
+    workbook derived (the registry's ``paper_value_source``) reads "… (workbook derivation: the paper prints
+    none)" (HTML-escaped)."""
+    text = _cell(claim.get("paper_value"))
+    if claim.get("paper_value_source") == "workbook derivation":
+        text += " <small style='color:#555'>(workbook derivation: the paper prints none)</small>"
+    return text
+
+
 def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None) -> str:
     """The block that opens a report: the summary paragraph and the claims table (claim, paper's value, ours,
     95% CI, ours / paper (`size_cell`), verdict). One HTML block without blank lines (a markdown cell keeps it whole)."""
@@ -113,7 +123,7 @@ def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping
         notes = f"<br><small style='color:#555'>{_cell(c['notes'])}</small>" if c.get("notes") else ""
         rows.append(f"<tr data-verdict='{html.escape(c['verdict'])}'>"
                     + (f"<td>{_cell(c['paper'])}</td>" if len(papers) > 1 else "")
-                    + f"<td>{_cell(c['claim'])}{notes}</td><td>{_cell(c['paper_value'])}</td><td>{_cell(ours)}</td>"
+                    + f"<td>{_cell(c['claim'])}{notes}</td><td>{paper_value_cell(c)}</td><td>{_cell(ours)}</td>"
                     f"<td style='white-space:nowrap'>{_cell(ci or '–')}</td><td>{size_cell(c)}</td>"
                     f"<td style='background:{_COLOURS.get(c['verdict'], '#fff')}'>{_cell(c['verdict'])}</td></tr>")
     return ("<div id='claims-summary' class='specdec-claims-summary'>"
@@ -121,6 +131,25 @@ def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping
             "<table class='specdec-claims'>" + head + "".join(rows) + "</table>"
             "<p><small>Computed at the end of this notebook (its <em>Claims</em> section); CIs are 95% bootstrap "
             "intervals over prompts where the claim has one.</small></p></div>")
+
+
+_SUMMARY_START = re.compile(r"<div[^>]*\bid=[\"']claims-summary[\"'][^>]*>")
+_SUMMARY_END = "Computed at the end of this notebook"
+
+
+def refresh_claims_summary(html_path: Path | str, name: str, claims: list[Mapping[str, Any]],
+                           run: Mapping[str, Any] | None = None) -> Path:
+    """Rewrite the claims block at the top of a rendered report (`claims_summary_html`) from ``claims``, the rest
+    of the page unchanged: for registry fields (quotes, sizes, labels) that changed after the run. The claims'
+    values and verdicts must be the run's own (its claims file). ValueError when the page has no claims block."""
+    path = Path(html_path)
+    page = path.read_text(encoding="utf-8")
+    start = _SUMMARY_START.search(page)
+    end = page.find("</div>", page.find(_SUMMARY_END, start.end())) if start else -1
+    if start is None or end == -1 or page.find(_SUMMARY_END, start.end()) == -1:
+        raise ValueError(f"{path} has no claims block to refresh (a report rendered with its claims)")
+    return atomic_write_text(path, page[:start.start()] + claims_summary_html(name, claims, run)
+                             + page[end + len("</div>"):])
 
 
 def add_claims_summary(nb, name: str, claims: list[Mapping[str, Any]], run: Mapping[str, Any] | None = None):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .destinations import check_existing_dir
-from .html import _COLOURS, _cell, size_cell, split_ci
+from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
 from .rule_history import rule_changes_section
@@ -423,7 +423,7 @@ def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
         out.append(f"<tr data-verdict='{html.escape(r['verdict'])}' data-changed='{int(changed)}'>"
                    f"<td>{_cell(r['notebook'], r['report'])}</td><td>{_cell(r['paper'])}</td>"
                    f"<td>{_cell(r['claim'])}{' <b>(changed)</b>' if changed else ''}{notes}</td>"
-                   f"<td>{_cell(r['paper_value'])}</td><td>{_cell(ours)}</td>"
+                   f"<td>{paper_value_cell(r)}</td><td>{_cell(ours)}</td>"
                    f"<td style='white-space:nowrap'>{_cell(ci)}</td><td>{size_cell(r)}</td>{_verdict_cell(r['verdict'])}</tr>")
     out.append("</table>")
     return out
