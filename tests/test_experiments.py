@@ -292,22 +292,6 @@ def test_single_draft_acceptance_is_the_expectation_over_the_drafted_token():
         E.single_draft_acceptance(records, ["traversal"])
 
 
-def test_step_seconds_pool_the_shared_work_and_keep_each_verifiers_own_cost():
-    rows = []
-    for verifier, verify_ms, noise in [("token", 0.3, +0.004), ("block", 0.9, -0.004)]:
-        for k in range(3):  # the forward seconds per step differ by noise between the two arms' runs
-            rows.append({"verifier": verifier, "shape": "chain:8", "steps": 10, "draft_s": 0.5,
-                         "target_s": 10 * (0.2 + noise), "verify_s": 10 * verify_ms / 1000})
-    step = E.step_seconds_shared_work(pd.DataFrame(rows), ["token", "block"])
-    assert list(step.index) == ["token", "block"]
-    assert step["block"] - step["token"] == pytest.approx(0.0006)  # only the verification differs
-    assert step["token"] == pytest.approx(0.05 + 0.2 + 0.0003)  # pooled forward: median of both arms' runs
-    with pytest.raises(ValueError, match="no timing rows"):
-        E.step_seconds_shared_work(pd.DataFrame(rows), ["asps"])
-    with pytest.raises(ValueError, match="one shape"):
-        E.step_seconds_shared_work(pd.DataFrame(rows).assign(shape=["chain:8"] * 5 + ["chain:4"]), ["token", "block"])
-
-
 def test_interleaved_timing_runs_every_arm_on_each_prompt_back_to_back_in_a_rotated_order(tiny_llama):
     pair = E.Pair(tiny_llama(64), tiny_llama(64, name="tiny-draft"), "hf", "tiny")  # the same weights
     prompts = [E.PromptIds(f"p{k}", "c", torch.tensor([1, 2 + k, 3])) for k in range(3)]

@@ -40,7 +40,7 @@ from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level
                     positional_vector, capped_vector, sampled_accepted_lengths, single_draft_acceptance, star_index_law,
                     star_rejection_from_rows, star_views)
 from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
-from .timing import TIMING_COLUMNS, interleaved_timing, step_seconds_shared_work, timed_generation
+from .timing import TIMING_COLUMNS, interleaved_timing, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
 __all__ = ["hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
@@ -52,5 +52,5 @@ __all__ = ["hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DR
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "capped_vector",
            "star_rejection_from_rows", "kseq_rejection_from_rows", "index_law_at_rows", "batch_tokens_by_context", "INDEX_LAW_SCHEME", "first_level_against_optimum",
            "single_draft_acceptance", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain",
-           "timed_generation", "step_seconds_shared_work",
+           "timed_generation",
            "collect_first_level", "collect_depth_trend", "real_pair_check"]

@@ -124,22 +124,3 @@ def _round_inputs(round_inputs) -> dict[str, float]:
         if not np.isfinite(out[name]):
             raise ValueError(f"round_inputs: {name!r} = {value!r} is not finite")
     return out
-
-
-def step_seconds_shared_work(timing, verifiers: Sequence[str]) -> pd.Series:
-    """Seconds per decoding step of each of ``verifiers`` run on the same shape: the drafting and target
-    seconds per step, pooled over all their runs (the same work in every arm: median over prompts), plus
-    each verifier's own verification seconds per step (summed over its runs).
-
-    ``timing``: `timed_generation` rows of those runs (one shape). Separately timed forward passes differ by
-    about 1% of machine noise, which would decide a small difference between two verifiers by chance; their
-    own verification cost is what differs and is measured directly. Returns a Series indexed by verifier."""
-    missing = [v for v in verifiers if v not in set(timing["verifier"])]
-    if missing:
-        raise ValueError(f"verifiers {missing} have no timing rows; have {sorted(set(timing['verifier']))}")
-    runs = timing[timing["verifier"].isin(list(verifiers))]
-    if runs["shape"].nunique() != 1:
-        raise ValueError(f"the runs must share one shape, got {sorted(runs['shape'].unique())}")
-    forward = float(((runs["draft_s"] + runs["target_s"]) / runs["steps"]).median())
-    by = runs.groupby("verifier")
-    return (forward + by["verify_s"].sum() / by["steps"].sum())[list(verifiers)]
