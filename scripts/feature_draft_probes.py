@@ -23,7 +23,7 @@ takes the directory of a draft with a head vocabulary (``--drafts``).
 The prompt-set probe (`prompt_set_acceptance`) asks whether the acceptance a draft reaches on what it is trained
 on carries over to the held-out prompts its record measures: the same drafts, by depth, on the target's
 continuations of the held-out prompts, of the training split, and of the self-made instructions `online` samples
-beside it (`distill.seed_instructions`). Command lines (each writes ``data/results/draft_probes/<probe>.json``
+beside it (`training.prompts.seed_instructions`). Command lines (each writes ``data/results/draft_probes/<probe>.json``
 with its parameters)::
 
     python scripts/feature_draft_probes.py --per-category 2 --new-tokens 48
@@ -45,7 +45,7 @@ import torch
 
 from specdec_lib.data import load_prompts
 from specdec_lib.decoding import _check_int
-from specdec_lib.training.distill import seed_instructions
+from specdec_lib.training.prompts import seed_instructions
 from specdec_lib.models import load_model
 from specdec_lib.models.offline import REPO_ROOT
 
@@ -196,7 +196,7 @@ def head_vocabulary_acceptance(target_model, samples, directory: Path | str | No
 def prompt_sets(per_category: int, seeds: int = 20000, seed: int = 0) -> dict[str, list[str]]:
     """The prompt sets `prompt_set_acceptance` compares, 13 x ``per_category`` prompts each: the first
     ``per_category`` held-out and training-split prompts of every category, and as many of the ``seeds``
-    self-made instructions `online` trains on (`distill.seed_instructions`, drawn with ``seed``)."""
+    self-made instructions `online` trains on (`training.prompts.seed_instructions`, drawn with ``seed``)."""
     per_category = _check_int("per_category", per_category, minimum=1)
     heldout = [p.text for p in load_prompts("heldout", per_category=per_category)]
     made = seed_instructions(seeds, seed=seed)

@@ -9,6 +9,7 @@ import torch
 from specdec_lib.training import distill as D
 from specdec_lib.training.distill.export import _RoundedWeights
 from specdec_lib.training.distill.loss import _rows
+from specdec_lib.training.losses import topk_kl
 
 VOCAB = 48
 
@@ -47,21 +48,6 @@ def test_sampled_rows_are_the_target_distributions(target, samples):
     assert torch.allclose(s.topk_logp.float(), ref, rtol=1e-3, atol=2e-3)  # stored as float16
 
 
-def test_topk_kl_is_exact_with_full_rows_and_a_lower_bound_otherwise():
-    gen = torch.Generator().manual_seed(3)
-    logits_p, logits_q = torch.randn(5, VOCAB, generator=gen) * 2, torch.randn(5, VOCAB, generator=gen) * 2
-    logp = torch.log_softmax(logits_p, -1)
-    exact = (logp.exp() * (logp - torch.log_softmax(logits_q, -1))).sum(-1)
-    assert torch.allclose(D.topk_kl(logits_q, None, logp), exact, atol=1e-5)
-    full_idx = torch.arange(VOCAB).expand(5, VOCAB)
-    assert torch.allclose(D.topk_kl(logits_q, full_idx, logp.gather(-1, full_idx)), exact, atol=1e-5)
-    vals, idx = logp.topk(8, -1)
-    coarse = D.topk_kl(logits_q, idx, vals)
-    assert bool((coarse <= exact + 1e-6).all()) and bool((coarse > 0).all())
-    with pytest.raises(ValueError, match="shape mismatch"):
-        D.topk_kl(logits_q, idx[:, :4], vals)
-
-
 def test_one_training_step_lowers_the_kl(target, samples):
     from specdec_lib.models.offline import build_student
 
@@ -72,7 +58,7 @@ def test_one_training_step_lowers_the_kl(target, samples):
     def kl():
         with torch.no_grad():
             idx, logp = _rows(samples)
-            return float(D.topk_kl(D.student_rows(student, samples), idx, logp).mean())
+            return float(topk_kl(D.student_rows(student, samples), idx, logp).mean())
 
     before = kl()
     loss = D.train_step(student, opt, samples)
@@ -186,21 +172,21 @@ def test_distill_run_resumes_and_exports(target, tmp_path):
     cfg = D.DistillConfig(layers=2, lr=3e-3, batch_size=4, topk=16, gen_batch=8, new_tokens=8, eval_prompts=4,
                           eval_new_tokens=6, gen_minutes=0.01, train_minutes=0.02, warmup_steps=1, timing_repeats=3,
                           prefix_len=8)
-    rec = D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg, minutes=0.03,
-                    export_dir=tmp_path / "out", progress=False, echo=False)
+    rec = D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg,
+                    D.RunSettings(0.03, export_dir=tmp_path / "out", progress=False, echo=False))
     steps = rec["training"]["steps"]
     assert steps >= 1 and (tmp_path / "out" / "layers.safetensors").is_file()
     saved = json.loads((tmp_path / "out" / "draft.json").read_text())
     assert 0.0 < saved["evaluation"]["mean_acceptance"] <= 1.0 and saved["forward_time"]["draft_ms"] > 0
     with pytest.raises(ValueError, match="resume"):
-        D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg, minutes=0.03, progress=False, echo=False)
-    rec2 = D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg, minutes=0.03, resume=True,
-                     export_dir=tmp_path / "out", progress=False, echo=False)
+        D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg, D.RunSettings(0.03, progress=False, echo=False))
+    rec2 = D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], cfg,
+                     D.RunSettings(0.03, export_dir=tmp_path / "out", resume=True, progress=False, echo=False))
     assert rec2["training"]["steps"] > steps
     assert rec2["training"]["sequences"] > rec["training"]["sequences"]
     with pytest.raises(ValueError, match="layers"):
-        D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], D.DistillConfig(layers=3), minutes=0.03,
-                  resume=True, progress=False, echo=False)
+        D.distill(target, tmp_path / "run", prompts[:20], prompts[20:], D.DistillConfig(layers=3),
+                  D.RunSettings(0.03, resume=True, progress=False, echo=False))
 
 
 def test_seed_instructions_are_varied_and_deterministic():

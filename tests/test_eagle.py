@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from specdec_lib.decoding import speculative_generate
-from specdec_lib.training.distill import full_kl, tiny_llama
+from specdec_lib.training.distill import tiny_llama
 from specdec_lib.training.feature.data import FeatureSample
 from specdec_lib.models.feature_net import FeatureDraft, export_feature_draft, grow_feature_draft, load_feature_draft, num_layers_of
 from specdec_lib.models.feature import FeatureDraftLM
-from specdec_lib.training.feature.train import draft_levels, level_mask, pack, subset_topk_kl
+from specdec_lib.training.feature.levels import draft_levels, level_mask, pack
 from specdec_lib.exact import chi_square_pvalue
 from specdec_lib.models.hf import LanguageModel
 from specdec_lib.models.offline import build_student
@@ -128,21 +128,6 @@ def test_a_grown_draft_computes_what_it_grew_from_and_loads_with_its_layers(tiny
     for bad in (0, 3):  # fewer than its own layers; more than the target's
         with pytest.raises(ValueError, match="num_layers"):
             grow_feature_draft(small, target, bad)
-
-
-def test_subset_kl_is_the_full_kl_with_every_token_stored():
-    gen = torch.Generator().manual_seed(0)
-    logp = torch.log_softmax(torch.randn(5, 12, generator=gen), -1)
-    logits = torch.randn(5, 12, generator=gen)
-    order = torch.argsort(logp, -1, descending=True)
-    exact = full_kl(logp, logits)
-    assert torch.allclose(subset_topk_kl(logits, order, logp.gather(-1, order)), exact, atol=1e-5)
-    top3 = order[:, :3]
-    assert bool((subset_topk_kl(logits, top3, logp.gather(-1, top3)) <= exact + 1e-6).all())
-    masked = logits.clone()
-    masked[:, 6:] = float("-inf")  # a sub-vocabulary head: finite, and a lower bound again
-    coarse = subset_topk_kl(masked, top3, logp.gather(-1, top3))
-    assert bool(torch.isfinite(coarse).all())
 
 
 def _exact_two_token_law(target, prompt, temperature):

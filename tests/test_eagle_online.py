@@ -1,19 +1,24 @@
 """Online training of the feature draft (`specdec_lib.training.feature.online`): the batched levels are the drafted
-chain, the loss is the KL on exact rows, sampling keeps prompts and cuts at EOS, a run trains and saves.
+chain, the loss is the KL on exact rows, a run trains and saves, it starts from a feature or an independent draft.
 
 Tiny random Llama models stand in for the pair (milliseconds per forward)."""
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
-from specdec_lib.training.distill import full_kl, tiny_llama
-from specdec_lib.training.feature.data import FeatureSample
 from specdec_lib.models.feature_net import FeatureDraft
-from specdec_lib.training.feature.online import DraftRun, Rollouts, online_loss, rollout_levels, sample_continuations, own_head, sub_vocab_kl, sub_vocab_rejection, target_features, train_online, with_head
-from specdec_lib.training.feature.train import draft_levels, pack
 from specdec_lib.models.offline import build_student
 from specdec_lib.models.subset_head import use_subset_head
+from specdec_lib.training.distill import export_draft, load_exported, tiny_llama
+from specdec_lib.training.feature.data import FeatureSample
+from specdec_lib.training.feature.levels import draft_levels, pack
+from specdec_lib.training.feature.online import (
+    DraftRun, OnlineConfig, initial_draft, online_loss, own_head, rollout_levels, target_features, train_online,
+    with_head,
+)
+from specdec_lib.training.losses import sub_vocab_kl, sub_vocab_rejection
+from specdec_lib.training.sampling import Rollouts
 
 VOCAB = 64
 EOS = 1
@@ -54,35 +59,6 @@ def test_batched_levels_equal_the_packed_levels_of_each_sequence(pair):
                 assert torch.allclose(batched[m][b, :n], packed[m], atol=1e-5), (b, m)
 
 
-def test_sub_vocab_kl_is_the_full_kl_over_the_whole_vocabulary_and_a_lower_bound_otherwise():
-    gen = torch.Generator().manual_seed(0)
-    logp = torch.log_softmax(torch.randn(5, 12, generator=gen), -1)
-    logits = torch.randn(5, 12, generator=gen)
-    assert torch.allclose(sub_vocab_kl(logp, logits, torch.arange(12)), full_kl(logp, logits), atol=1e-5)
-    half = torch.arange(0, 12, 2)
-    part = sub_vocab_kl(logp, logits[:, half], half)
-    # the target's mass outside the head vocabulary is left out: the draft cannot put mass there
-    outside = logp[:, 1::2].exp().sum(-1)
-    assert bool(torch.isfinite(part).all()) and bool((outside > 0).all())
-
-
-def test_sub_vocab_rejection_is_one_minus_the_acceptance_of_token_verification():
-    from specdec_lib.experiments.regime import acceptance
-    from specdec_lib.theory import total_variation
-
-    gen = torch.Generator().manual_seed(1)
-    logp = torch.log_softmax(torch.randn(6, 12, generator=gen), -1)
-    logits = torch.randn(6, 12, generator=gen)
-    p, q = logp.exp(), torch.softmax(logits, -1)
-    rejection = sub_vocab_rejection(logp, logits, torch.arange(12))
-    assert torch.allclose(rejection, total_variation(p, q).float(), atol=1e-6)
-    assert float(1 - rejection.mean()) == pytest.approx(acceptance(p.double(), q.double()), abs=1e-6)
-    half = torch.arange(0, 12, 2)  # a head vocabulary: the draft is 0 outside it, the target's mass there is rejected
-    q_half = torch.zeros_like(p)
-    q_half[:, half] = torch.softmax(logits[:, half], -1)
-    assert torch.allclose(sub_vocab_rejection(logp, logits[:, half], half), total_variation(p, q_half).float(), atol=1e-6)
-
-
 def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
     target, draft = pair
     gen = torch.Generator().manual_seed(2)
@@ -116,26 +92,6 @@ def test_online_loss_levels_are_the_kl_of_each_level_on_exact_rows(pair):
         online_loss(draft, head, vocab, roll, 2, [1.0, 0.5], objective="js")
 
 
-def test_sample_continuations_keeps_prompts_right_pads_and_cuts_after_eos():
-    target = tiny_llama(vocab_size=VOCAB, layers=2, hidden=32, seed=5)
-    prompts = [[5, 6, 7], [9], [3, 4]]
-    roll = sample_continuations(target, prompts, 12, eos_token_id=EOS, pad_token_id=0, seed=0)
-    assert roll.prompt_lens.tolist() == [3, 1, 2]
-    for b, p in enumerate(prompts):
-        n = int(roll.lengths[b])
-        row = roll.ids[b].tolist()
-        assert row[: len(p)] == p and len(p) < n <= len(p) + 12
-        cont = row[len(p): n]
-        assert EOS not in cont[:-1]  # cut after the first EOS
-        assert all(t == 0 for t in row[n:])
-    again = sample_continuations(target, prompts, 12, eos_token_id=EOS, pad_token_id=0, seed=0)
-    assert torch.equal(again.ids, roll.ids)
-    with pytest.raises(ValueError, match="prompts"):
-        sample_continuations(target, [[1], []], 4, EOS, 0, 0)
-    with pytest.raises(ValueError, match="new_tokens"):
-        sample_continuations(target, [[1]], 0, EOS, 0, 0)
-
-
 def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     target, draft = pair
     # the run is timed (1.2 s): on a loaded CPU it may get a single step, late in its learning-rate decay (x0.1),
@@ -144,8 +100,8 @@ def test_a_short_run_trains_and_saves_the_exported_format(pair, tmp_path):
     before = {k: v.clone() for k, v in draft.trainable_state().items()}
     gen = torch.Generator().manual_seed(4)
     prompts = [torch.randint(2, VOCAB, (4,), generator=gen).tolist() for _ in range(6)]
-    totals = train_online(target, [run], prompts, tmp_path, minutes=0.02, eos_token_id=EOS, pad_token_id=0, batch=3,
-                          rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5), log=lambda r: None)
+    config = OnlineConfig(0.02, EOS, 0, batch=3, rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5))
+    totals = train_online(target, [run], prompts, tmp_path, config, log=lambda r: None)
     assert totals["rounds"] >= 1 and run.step >= 1 and totals["sampled_tokens"] > 0
     saved = load_file(str(tmp_path / "d.safetensors"))
     assert set(saved) == set(before)
@@ -163,9 +119,8 @@ def test_a_bfloat16_sampler_chooses_the_contexts_while_the_float32_target_gives_
     calls, generate = [], sampler.generate
     sampler.generate = lambda *a, **k: calls.append(1) or generate(*a, **k)
     seen = []
-    totals = train_online(target, [run], prompts, tmp_path, minutes=0.02, eos_token_id=EOS, pad_token_id=0, batch=3,
-                          rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5), sampler=sampler,
-                          log=seen.append)
+    config = OnlineConfig(0.02, EOS, 0, batch=3, rows_per_step=2, new_tokens=6, levels=2, level_weights=(1.0, 0.5))
+    totals = train_online(target, [run], prompts, tmp_path, config, sampler=sampler, log=seen.append)
     assert totals["rounds"] >= 1 and run.step >= 1 and len(calls) == totals["rounds"] == len(seen)
     assert next(target.parameters()).dtype == torch.float32  # the target itself is untouched
 
@@ -188,9 +143,9 @@ def test_bad_settings_are_refused(pair, tmp_path):
         DraftRun("d", draft, lr=1e-3, inject_lr=1e-3, objective="mse")
     run = DraftRun("d", draft, lr=1e-3, inject_lr=1e-3)
     with pytest.raises(ValueError, match="at least one run"):
-        train_online(target, [run], [], tmp_path, 0.01, EOS, 0)
+        train_online(target, [run], [], tmp_path, OnlineConfig(0.01, EOS, 0))
     with pytest.raises(ValueError, match="positive"):
-        train_online(target, [run], [[2, 3]], tmp_path, 0.01, EOS, 0, batch=0)
+        train_online(target, [run], [[2, 3]], tmp_path, OnlineConfig(0.01, EOS, 0, batch=0))
     with pytest.raises(ValueError, match="level_weights"):
         online_loss(draft, target.get_output_embeddings().weight, draft.student.lm_head.vocab_ids,
                     _rollouts(target, [[2, 3, 4]], [1]), 3, [1.0])
@@ -215,3 +170,24 @@ def test_a_full_head_scores_every_token_as_the_plain_tied_head_does(pair):
     tied = plain.student.get_output_embeddings()(h)
     assert with_head(plain, "full").student.get_output_embeddings().vocab_ids.tolist() == list(range(VOCAB))
     assert torch.allclose(plain.student.get_output_embeddings()(h), tied, atol=1e-5)
+
+
+def test_a_run_starts_from_an_exported_feature_draft_or_fresh_on_an_independent_draft(pair, tmp_path):
+    """`initial_draft`: a directory with the independent draft's layers gives a fresh feature draft on them (feature
+    input zero, so it computes what the independent draft computes) with that draft's head vocabulary."""
+    from specdec_lib.models.feature_net import export_feature_draft
+
+    target, draft = pair
+    export_feature_draft(draft, tmp_path / "feature", {}, head_vocab=torch.arange(0, VOCAB, 2))
+    loaded = initial_draft(target, tmp_path / "feature")
+    assert torch.equal(loaded.inject.weight, draft.inject.weight.to(torch.bfloat16).float())
+    export_draft(build_student(target, 1), tmp_path / "independent", {})
+    save_file({"vocab_ids": torch.arange(0, VOCAB, 4)}, str(tmp_path / "independent" / "head_vocab.safetensors"))
+    fresh = initial_draft(target, tmp_path / "independent")
+    assert not bool(fresh.inject.weight.detach().any())
+    assert fresh.student.get_output_embeddings().vocab_ids.tolist() == list(range(0, VOCAB, 4))
+    independent = load_exported(target, tmp_path / "independent", head_vocab=True)
+    tokens = torch.tensor([[3, 9, 4, 7]])
+    with torch.no_grad():
+        hidden, _ = fresh(tokens, torch.randn(1, 4, 32), torch.arange(4)[None])
+        assert torch.allclose(fresh.head(hidden), independent(tokens).logits, atol=1e-5)

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from ...models.kv_cache import cache_of, with_cache
+from ..sampling import sample_batched
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_RUN_DIR = REPO_ROOT / "distill_runs" / "smollm2-135m-draft"
@@ -54,82 +54,65 @@ class Sample:
         return int(self.topk_logp.shape[0])
 
 
+class _TopkRows:
+    """`sampling.Recorder` of the target's top-``topk`` next-token log-probs at temperature ``temperature``
+    (full rows in vocabulary order, float16, when ``topk`` covers the vocabulary), from position ``start``
+    on (clipped to each prompt)."""
+
+    def __init__(self, topk: int, temperature: float, start: int):
+        self.topk, self.temperature, self.start = topk, temperature, start
+
+    def _pick(self, rows: torch.Tensor):
+        if self.full:
+            return None, rows.half()
+        vals, idx = rows.topk(self.k, dim=-1)
+        return idx, vals
+
+    def prompt(self, out, batch) -> torch.Tensor:
+        logp = torch.log_softmax(out.logits.float() / self.temperature, dim=-1).cpu()
+        vocab = logp.shape[-1]
+        self.k = min(self.topk, vocab)
+        self.full = self.k >= vocab
+        self.starts = [min(self.start, n - 1) for n in batch.lengths]
+        self.idx, self.logp = [], []
+        for b, n in enumerate(batch.lengths):
+            idx, vals = self._pick(logp[b, batch.width - n + self.starts[b]:])
+            self.idx.append([idx])
+            self.logp.append([vals])
+        return logp[:, -1]
+
+    def step(self, out, alive) -> torch.Tensor:
+        last = torch.log_softmax(out.logits[:, -1].float() / self.temperature, dim=-1).cpu()
+        idx, vals = self._pick(last)
+        for b, live in enumerate(alive):
+            if live:
+                self.idx[b].append(None if self.full else idx[b:b + 1])
+                self.logp[b].append(vals[b:b + 1])
+        return last
+
+
 @torch.no_grad()
 def sample_continuations(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, topk: int,
                          generator: torch.Generator, eos_token_id: int | None = None, start: int = 0,
                          temperature: float = 1.0) -> list[Sample]:
-    """The target samples one continuation per prompt (batched, left-padded, KV cache) at
-    ``temperature``; returns `Sample` s whose rows are the target's top-``topk`` next-token log-probs at
-    every position from ``start`` (clipped to the prompt) to the second-to-last token. Sampling stops at
-    EOS (kept as the last token) or after ``max_new_tokens``. ``generator`` (CPU) is the only randomness.
-    With ``topk >= vocab`` the rows are the full distributions."""
+    """The target samples one continuation per prompt at ``temperature`` (`sampling.sample_batched`);
+    returns `Sample` s whose rows are the target's top-``topk`` next-token log-probs at every position from
+    ``start`` (clipped to the prompt) to the second-to-last token. Sampling stops at EOS (kept as the last
+    token) or after ``max_new_tokens``. ``generator`` (CPU) is the only randomness. With
+    ``topk >= vocab`` the rows are the full distributions."""
     if not prompts:
         return []
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
-    device = model.get_input_embeddings().weight.device
-    lens = [len(p) for p in prompts]
-    width = max(lens)
-    batch = len(prompts)
-    ids = torch.zeros(batch, width, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
-        mask[b, width - len(p):] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                use_cache=True)
-    cache = cache_of(out)
-    logp = torch.log_softmax(out.logits.float() / temperature, dim=-1).cpu()
-    vocab = logp.shape[-1]
-    k = min(topk, vocab)
-    full = k >= vocab
-
-    def pick(rows):  # full rows in vocabulary order (float16), else the top-k
-        if full:
-            return None, rows.half()
-        vals, idx = rows.topk(k, dim=-1)
-        return idx, vals
-
-    starts = [min(start, n - 1) for n in lens]
-    rows_idx: list[list[torch.Tensor]] = []
-    rows_logp: list[list[torch.Tensor]] = []
-    for b, n in enumerate(lens):
-        idx, vals = pick(logp[b, width - n + starts[b]:])
-        rows_idx.append([idx])
-        rows_logp.append([vals])
-    last = logp[:, -1]
-    del out, logp
-    generated: list[list[int]] = [[] for _ in range(batch)]
-    alive = torch.ones(batch, dtype=torch.bool)
-    step_pos = pos[:, -1:].clone()
-    for step in range(max_new_tokens):
-        nxt = torch.multinomial(last.exp(), 1, generator=generator).squeeze(1)
-        for b in range(batch):
-            if alive[b]:
-                generated[b].append(int(nxt[b]))
-                if eos_token_id is not None and int(nxt[b]) == eos_token_id:
-                    alive[b] = False
-        if step == max_new_tokens - 1 or not bool(alive.any()):
-            break
-        mask = torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1)
-        step_pos = step_pos + 1
-        out = model(input_ids=nxt.view(batch, 1).to(device), attention_mask=mask.to(device),
-                    position_ids=step_pos.to(device), use_cache=True, **with_cache(model, cache))
-        cache = cache_of(out)
-        last = torch.log_softmax(out.logits[:, -1].float() / temperature, dim=-1).cpu()
-        idx, vals = pick(last)
-        for b in range(batch):
-            if alive[b]:
-                rows_idx[b].append(None if full else idx[b:b + 1])
-                rows_logp[b].append(vals[b:b + 1])
+    rows = _TopkRows(topk, temperature, start)
+    generated = sample_batched(model, rows, prompts, max_new_tokens, generator, eos_token_id)
     samples = []
     for b, p in enumerate(prompts):
         tokens = torch.as_tensor(list(p) + generated[b], dtype=torch.long)
-        rows = len(tokens) - 1 - starts[b]
-        idx = None if full else torch.cat(rows_idx[b])[:rows].long()
-        vals = torch.cat(rows_logp[b])[:rows]
-        samples.append(Sample(tokens, starts[b], len(p), idx, vals))
+        n_rows = len(tokens) - 1 - rows.starts[b]
+        idx = None if rows.full else torch.cat(rows.idx[b])[:n_rows].long()
+        vals = torch.cat(rows.logp[b])[:n_rows]
+        samples.append(Sample(tokens, rows.starts[b], len(p), idx, vals))
     return samples
 
 

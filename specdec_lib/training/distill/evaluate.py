@@ -1,22 +1,19 @@
-"""Measuring a draft: held-out acceptance at T = 1 (`acceptance_rate`), one-token forward times
-(`forward_time_ms`, `measure_forward_times`), Sequoia / ERSS vectors (`measure_theory`), a new
-measurement of the exported draft (`remeasure_export`), and the tables the notebook shows."""
+"""Measuring the independent draft: held-out acceptance at T = 1 (`acceptance_rate`), Sequoia / ERSS
+vectors (`measure_theory`), a new measurement of the exported draft with its forward times
+(`remeasure_export`, `timing.measure_forward_times`), and the tables the notebook shows."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-import os
 import statistics
-import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
-from ... import theory
-from ...models.kv_cache import cache_of, with_cache
+from ..evaluation import overlap, theory_vectors
+from ..timing import measure_forward_times
 from .data import DEFAULT_RUN_DIR, Sample, load_samples
 from .export import DEFAULT_EXPORT_DIR, RECORD_FILE, TARGET_NAME, _atomic_json, load_exported, write_head_vocab
 from .loss import _rows, student_rows
@@ -41,7 +38,7 @@ def acceptance_rate(student, eval_samples: Sequence[Sample], temperature: float 
                              "topk >= vocabulary size), got top-k rows")
         p = logp.to(logits.device).float().exp()
         q = torch.softmax(logits / temperature, dim=-1)
-        acc = torch.minimum(p, q).sum(-1).cpu()
+        acc = overlap(p, q).cpu()
         kl = (p * (torch.log(p.clamp(min=1e-30)) - torch.log(q.clamp(min=1e-30)))).sum(-1).cpu()
         accept.append(acc)
         kls.append(kl)
@@ -58,51 +55,6 @@ def acceptance_rate(student, eval_samples: Sequence[Sample], temperature: float 
             "by_depth": [depth_sum[d] / depth_cnt[d] for d in sorted(depth_sum)]}
 
 
-@torch.no_grad()
-def forward_time_ms(model, prefix_len: int = 100, repeats: int = 21, vocab: int | None = None,
-                    seed: int = 0, reduce: Callable = statistics.median) -> float:
-    """Median wall time (ms) of a one-token forward after a prefix KV cache of ``prefix_len`` random
-    tokens (a fresh copy of the prefix cache for every call, copied outside the timed region; CUDA is
-    synchronised)."""
-    device = model.get_input_embeddings().weight.device
-    vocab = vocab or int(model.config.vocab_size)
-    gen = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (1, prefix_len), generator=gen).to(device)
-    token = torch.randint(0, vocab, (1, 1), generator=gen).to(device)
-    base = cache_of(model(input_ids=prefix, use_cache=True))
-    times = []
-    for _ in range(repeats + 2):
-        cache = copy.deepcopy(base)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        model(input_ids=token, use_cache=True, **with_cache(model, cache))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 1000.0 * reduce(times[2:])
-
-
-def measure_forward_times(draft, target, prefix_len: int = 100, repeats: int = 21, rounds: int = 3) -> dict:
-    """Draft and target one-token forward medians (ms), measured in alternating rounds so that load from
-    other processes hits both alike; ``ratio`` = draft / target."""
-    d, t, dmin, tmin = [], [], [], []
-    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    for r in range(rounds):
-        d.append(forward_time_ms(draft, prefix_len, repeats, seed=r))
-        t.append(forward_time_ms(target, prefix_len, repeats, seed=r))
-        dmin.append(forward_time_ms(draft, prefix_len, repeats, seed=r, reduce=min))
-        tmin.append(forward_time_ms(target, prefix_len, repeats, seed=r, reduce=min))
-    draft_ms, target_ms = statistics.median(d), statistics.median(t)
-    return {"draft_ms": draft_ms, "target_ms": target_ms, "ratio": draft_ms / target_ms,
-            "draft_min_ms": min(dmin), "target_min_ms": min(tmin), "ratio_of_minima": min(dmin) / min(tmin),
-            "prefix_len": prefix_len, "repeats": repeats * rounds,
-            "threads": torch.get_num_threads(), "device": str(draft.get_input_embeddings().weight.device),
-            "load_average_1min": load_before,
-            "note": "medians (and minima) of one-token forwards; on a shared CPU the load inflates the draft's "
-                    "fixed per-call overhead more than the target's"}
-
-
 def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 8, max_rows: int = 64,
                    num_samples: int = 8, keep_top: int | None = None, seed: int = 0) -> dict | None:
     """Sequoia's positional acceptance vector (children drawn without replacement) and ERSS's 0th-order
@@ -114,7 +66,6 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
     most likely target and draft tokens and renormalised (cheaper; the dropped mass is reported as
     ``theory_dropped_mass``, the largest per row of p or q: a poorly trained draft is flat, so the default
     keeps the whole vocabulary)."""
-    positional, index_dist = theory.positional_acceptance, theory.erss_index_distribution
     rows_p, rows_q = [], []
     with torch.no_grad():
         for s in eval_samples:
@@ -134,11 +85,7 @@ def measure_theory(student, eval_samples: Sequence[Sample], max_children: int = 
     dropped = float(torch.maximum(p[:, ~keep].sum(-1), q[:, ~keep].sum(-1)).max()) if bool((~keep).any()) else 0.0
     p, q = p[:, keep], q[:, keep]
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    kw = dict(method="monte_carlo", num_samples=num_samples)
-    seq = positional(p, q, max_children, "without_replacement", generator=torch.Generator().manual_seed(seed), **kw)
-    r = index_dist(p, q, max_children, coupling="erss", generator=torch.Generator().manual_seed(seed), **kw)
-    return {"sequoia_positional_acceptance": [float(x) for x in seq],
-            "erss_r_vector": [float(x) for x in r],
+    return {**theory_vectors(p, q, max_children, num_samples, seed),
             "theory_measurement": {"rows": int(p.shape[0]), "max_children": max_children,
                                    "num_samples": num_samples, "vocabulary_kept": int(keep.sum()),
                                    "theory_dropped_mass": dropped, "temperature": 1.0,
@@ -153,11 +100,10 @@ def _theory_extras():
 
 def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path | str = DEFAULT_RUN_DIR,
                      target_model: str = TARGET_NAME, device=None, theory: bool = True,
-                     timing: bool = True, prefix_len: int = 100, repeats: int = 21,
-                     head_vocab_size: int | None = None) -> dict:
+                     timing: bool = True, head_vocab_size: int | None = None) -> dict:
     """Load the exported draft as it is deployed (`load_exported` with its head vocabulary), measure
     again on the run's held-out set (acceptance at T = 1; optionally the Sequoia / ERSS vectors via
-    `measure_theory` and the forward times) and update its ``draft.json``. ``head_vocab_size`` first
+    `measure_theory` and the forward times, `timing.measure_forward_times`) and update its ``draft.json``. ``head_vocab_size`` first
     (re)writes the head vocabulary (`write_head_vocab`); the record then also holds the full head's
     acceptance and the target's mass outside the subset, for comparison. Returns the updated record."""
     from ...models import load_model  # imports transformers (heavy)
@@ -191,7 +137,7 @@ def remeasure_export(export_dir: Path | str = DEFAULT_EXPORT_DIR, run_dir: Path 
             ev.update(extra)
             record.pop("theory_note", None)
     if timing:
-        record["forward_time"] = measure_forward_times(draft, lm.model, prefix_len, repeats)
+        record["forward_time"] = measure_forward_times(draft, lm.model)
     _atomic_json(record, export_dir / RECORD_FILE)
     return record
 

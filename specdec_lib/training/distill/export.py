@@ -13,13 +13,13 @@ from safetensors.torch import load_file, save_file
 
 from ...models.offline import DRAFT_HEAD_VOCAB_FILE, apply_head_vocab, build_student
 from ...models.subset_head import frequent_tokens
+from ..evaluation import RECORD_FILE, read_record
 from .data import REPO_ROOT, _shards, load_samples
 from .loss import trainable_parameters
 
 DEFAULT_EXPORT_DIR = REPO_ROOT / "data" / "models" / "smollm2-135m-draft"
 TARGET_NAME = "smollm2-135m-instruct"
 LAYERS_FILE = "layers.safetensors"
-RECORD_FILE = "draft.json"
 
 
 def _atomic_json(obj, path: Path) -> None:
@@ -106,6 +106,5 @@ def write_head_vocab(export_dir: Path | str, run_dir: Path | str, size: int) -> 
 
 
 def committed_record(directory: Path | str = DEFAULT_EXPORT_DIR) -> dict | None:
-    """The committed draft's ``draft.json`` (None when there is no committed draft)."""
-    path = Path(directory) / RECORD_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    """The committed draft's ``draft.json`` (None when there is no committed draft; `evaluation.read_record`)."""
+    return read_record(directory)

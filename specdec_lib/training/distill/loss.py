@@ -1,6 +1,6 @@
-"""The distillation objective and one optimisation step: forward KL from the target's top-k (or full)
-rows to the student (`topk_kl`, `full_kl`) at the stored rows (`student_rows`), on the student's own
-parameters only (`trainable_parameters`), one AdamW step (`train_step`)."""
+"""One distillation step: the student's logits at the stored rows (`student_rows`), the forward KL from
+the target's top-k (or full) rows to them (`losses.topk_kl`), on the student's own parameters only
+(`trainable_parameters`), one AdamW step (`train_step`)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,8 @@ from typing import Sequence
 
 import torch
 
+from ..losses import topk_kl
 from .data import Sample
-
-
-def topk_kl(student_logits: torch.Tensor, topk_idx: torch.Tensor, topk_logp: torch.Tensor,
-            temperature: float = 1.0) -> torch.Tensor:
-    """Per-row forward KL(p || q) between the target p (given by its top-k log-probs) and the student
-    q = softmax(student_logits / T), both coarsened to the k stored tokens plus one bucket for the rest:
-
-        KL = sum_{i in K} p_i (log p_i - log q_i) + r_p (log r_p - log r_q),  r = 1 - sum_{i in K} (.)_i.
-
-    Exact full KL when K is the whole vocabulary (r_p = 0), a lower bound on it otherwise (log-sum
-    inequality). ``topk_idx = None``: ``topk_logp`` is the full log-distribution. Returns a tensor [R]."""
-    if topk_idx is None:
-        return full_kl(topk_logp, student_logits, temperature)
-    if student_logits.shape[:-1] != topk_idx.shape[:-1] or topk_idx.shape != topk_logp.shape:
-        raise ValueError(f"shape mismatch: logits {tuple(student_logits.shape)}, idx {tuple(topk_idx.shape)}, "
-                         f"logp {tuple(topk_logp.shape)}")
-    logq = torch.log_softmax(student_logits.float() / temperature, dim=-1)
-    logq_k = logq.gather(-1, topk_idx)
-    logp_k = topk_logp.float()
-    p_k = logp_k.exp()
-    kl = (p_k * (logp_k - logq_k)).sum(-1)
-    if topk_idx.shape[-1] < student_logits.shape[-1]:
-        r_p = (1.0 - p_k.sum(-1)).clamp(min=0.0)
-        r_q = (1.0 - logq_k.exp().sum(-1)).clamp(min=1e-12)
-        kl = kl + r_p * (torch.log(r_p.clamp(min=1e-12)) - torch.log(r_q))
-    return kl
-
-
-def full_kl(target_logp: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Per-row exact KL(p || q) from full target log-probs [R, V] and student logits [R, V]."""
-    if target_logp.shape != student_logits.shape:
-        raise ValueError(f"shape mismatch: target {tuple(target_logp.shape)}, student {tuple(student_logits.shape)}")
-    logq = torch.log_softmax(student_logits.float() / temperature, dim=-1)
-    logp = target_logp.float()
-    p = logp.exp()
-    return (p * (logp - logq)).masked_fill(p == 0, 0.0).sum(-1)
 
 
 def student_rows(student, samples: Sequence[Sample], continuation_only: bool = False) -> torch.Tensor:

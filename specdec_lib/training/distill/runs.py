@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -12,11 +13,11 @@ from typing import Sequence
 import torch
 
 from ...data import load_prompts
+from ..prompts import seed_instructions
 from .data import DEFAULT_RUN_DIR, common_prefix_length
 from .evaluate import _theory_extras, remeasure_export
 from .export import DEFAULT_EXPORT_DIR, TARGET_NAME
-from .prompts import seed_instructions
-from .train import DistillConfig, distill
+from .train import DistillConfig, RunSettings, distill
 
 
 def _project_prompts(split: str) -> list[str]:
@@ -24,17 +25,16 @@ def _project_prompts(split: str) -> list[str]:
     return [p.text for p in load_prompts(split=split)]
 
 
-def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: Path | str = DEFAULT_RUN_DIR,
-                export_dir: Path | str | None = DEFAULT_EXPORT_DIR, device=None, target_model: str = TARGET_NAME,
-                config: DistillConfig | None = None, seeds: int = 6000, max_train_prompts: int | None = None,
-                theory: bool = False, progress: bool = True, echo: bool = True) -> dict:
-    """Distil the offline draft from ``target_model`` (default SmolLM2-135M-Instruct): prompts are the
-    project's training prompts plus ``seeds`` self-made instructions (interleaved, one project prompt
-    every few seeds), held-out prompts from ``load_prompts("heldout")``; see `distill`."""
+def run_offline(settings: RunSettings, config: DistillConfig | None = None, run_dir: Path | str = DEFAULT_RUN_DIR,
+                device=None, target_model: str = TARGET_NAME, seeds: int = 6000,
+                max_train_prompts: int | None = None, theory: bool = False) -> dict:
+    """Distil the offline draft from ``target_model`` (default SmolLM2-135M-Instruct; ``config`` default
+    `DistillConfig`): prompts are the project's training prompts plus ``seeds`` self-made instructions
+    (interleaved, one project prompt every few seeds), held-out prompts from ``load_prompts("heldout")``;
+    ``settings`` as in `distill`, its EOS, first trained position, theory hook and extra record set here."""
     from ...models import load_model  # imports transformers (heavy)
 
-    config = config or DistillConfig(layers=layers)
-    config.layers = layers
+    config = config or DistillConfig()
     lm = load_model(target_model, device=device)
     texts_train = _project_prompts("train")
     texts_eval = _project_prompts("heldout")
@@ -61,9 +61,9 @@ def run_offline(minutes: float, layers: int = 2, resume: bool = False, run_dir: 
     if theory_fn is None:
         extra["theory_note"] = ("Sequoia / ERSS vectors not measured during training (slow on the CPU: Monte "
                                 "Carlo over a 49k vocabulary); see measure_theory")
-    return distill(lm.model, run_dir, train_ids, eval_ids, config, minutes, export_dir=export_dir,
-                   resume=resume, eos_token_id=lm.eos_token_id, start=start, theory_fn=theory_fn,
-                   extra_record=extra, progress=progress, echo=echo)
+    settings = dataclasses.replace(settings, eos_token_id=lm.eos_token_id, start=start, theory_fn=theory_fn,
+                                   extra_record=extra)
+    return distill(lm.model, run_dir, train_ids, eval_ids, config, settings)
 
 
 def tiny_llama(vocab_size: int = 64, layers: int = 4, hidden: int = 32, seed: int = 0):
@@ -94,8 +94,9 @@ def run_profile(profile: str = "default", minutes: float | None = None, layers: 
     if profile not in ("smoke", "default", "full"):
         raise ValueError(f"profile must be 'smoke', 'default' or 'full', got {profile!r}")
     if profile == "full":
-        rec = run_offline(minutes or 60.0, layers=layers, resume=True, device=device, target_model=target_model,
-                          run_dir=run_dir or DEFAULT_RUN_DIR, progress=progress)
+        rec = run_offline(RunSettings(minutes or 60.0, export_dir=DEFAULT_EXPORT_DIR, resume=True, progress=progress),
+                          DistillConfig(layers=layers), run_dir=run_dir or DEFAULT_RUN_DIR, device=device,
+                          target_model=target_model)
         return {"profile": profile, "record": rec, "run_dir": str(run_dir or DEFAULT_RUN_DIR)}
     tmp = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix=f"distill_{profile}_"))
     if profile == "smoke":
@@ -106,14 +107,13 @@ def run_profile(profile: str = "default", minutes: float | None = None, layers: 
         cfg = DistillConfig(layers=min(layers, 3), lr=3e-3, batch_size=4, topk=16, gen_batch=8, new_tokens=16,
                             eval_prompts=8, eval_new_tokens=12, gen_minutes=0.05, train_minutes=0.1,
                             warmup_steps=2, timing_repeats=5, prefix_len=16)
-        rec = distill(target, tmp, prompts[:32], prompts[32:], cfg, minutes or 0.25, export_dir=tmp / "export",
-                      eos_token_id=None, progress=progress, echo=False)
+        rec = distill(target, tmp, prompts[:32], prompts[32:], cfg,
+                      RunSettings(minutes or 0.25, export_dir=tmp / "export", progress=progress, echo=False))
         return {"profile": profile, "record": rec, "run_dir": str(tmp)}
     cfg = DistillConfig(layers=layers, lr=1e-3, warmup_steps=5, batch_size=4, gen_batch=8, new_tokens=32,
                         eval_prompts=6, eval_new_tokens=32, gen_minutes=0.3, train_minutes=1.0, timing_repeats=7)
-    rec = run_offline(minutes or 2.0, layers=layers, resume=False, run_dir=tmp, export_dir=tmp / "export",
-                      device=device, target_model=target_model, config=cfg, seeds=200, progress=progress,
-                      echo=False)
+    rec = run_offline(RunSettings(minutes or 2.0, export_dir=tmp / "export", progress=progress, echo=False), cfg,
+                      run_dir=tmp, device=device, target_model=target_model, seeds=200)
     return {"profile": profile, "record": rec, "run_dir": str(tmp)}
 
 
@@ -156,10 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = DistillConfig(layers=args.layers, **{n: getattr(args, n) for n in (
         "lr", "batch_size", "topk", "gen_batch", "new_tokens", "eval_prompts", "eval_new_tokens",
         "gen_minutes", "train_minutes", "decay_fraction", "seed")})
-    rec = run_offline(args.minutes, layers=args.layers, resume=args.resume, run_dir=args.run_dir,
-                      export_dir=None if args.no_export else args.export_dir, device=args.device,
-                      target_model=args.target, config=cfg, seeds=args.seeds, theory=args.theory,
-                      progress=not args.no_progress)
+    settings = RunSettings(args.minutes, export_dir=None if args.no_export else args.export_dir, resume=args.resume,
+                           progress=not args.no_progress)
+    rec = run_offline(settings, cfg, run_dir=args.run_dir, device=args.device, target_model=args.target,
+                      seeds=args.seeds, theory=args.theory)
     print(json.dumps({"mean_acceptance": rec["evaluation"]["mean_acceptance"],
                       "forward_time": rec["forward_time"]}, indent=1))
     return 0

@@ -1,6 +1,6 @@
-"""Training the draft: the run's settings (`DistillConfig`), resumable checkpoints (weights and AdamW
-moments), and `distill`, the resumable loop of rounds (sample text, train, evaluate, checkpoint,
-export)."""
+"""Training the draft: its settings (`DistillConfig`) and a call's (`RunSettings`), resumable checkpoints
+(weights and AdamW moments), and `distill`, the resumable loop of rounds (sample text, train, evaluate,
+checkpoint, export)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from safetensors.torch import load_file, save_file
 
 from ...progress import tqdm
 from ...reporting.results import machine
+from ..timing import measure_forward_times
 from .data import Sample, _shards, load_samples, sample_continuations, save_samples
-from .evaluate import acceptance_rate, measure_forward_times
+from .evaluate import acceptance_rate
 from .export import TARGET_NAME, _atomic_json, _RoundedWeights, export_draft
 from .loss import train_step, trainable_parameters
 
@@ -143,21 +144,32 @@ class _Run:
     timing: dict | None = None    # the last forward-time measurement
 
 
+@dataclass
+class RunSettings:
+    """What one `distill` call does besides the training settings: its budget, where it exports, what it
+    records and shows."""
+
+    minutes: float                        # wall-clock budget of the call
+    export_dir: Path | str | None = None  # where the best draft so far is exported (None: no export)
+    resume: bool = False                  # continue from ``<run_dir>/ckpt`` and reuse the cached text
+    eos_token_id: int | None = None
+    start: int = 0                        # first position trained on (the common chat prefix is skipped)
+    theory_fn: Callable | None = None     # (student, eval samples) -> extra measured quantities
+    extra_record: dict | None = None      # merged into the record
+    progress: bool = True                 # progress bars
+    echo: bool = True                     # print the log lines (they always go to ``<run_dir>/log.txt``)
+
+
 def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
-            eval_prompts: Sequence[Sequence[int]], config: DistillConfig, minutes: float,
-            export_dir: Path | str | None = None, resume: bool = False, eos_token_id: int | None = None,
-            start: int = 0, theory_fn: Callable | None = None, extra_record: dict | None = None,
-            progress: bool = True, echo: bool = True) -> dict:
-    """Distil a ``config.layers``-layer student from the HF causal LM ``target`` for ``minutes``.
+            eval_prompts: Sequence[Sequence[int]], config: DistillConfig, settings: RunSettings) -> dict:
+    """Distil a ``config.layers``-layer student from the HF causal LM ``target`` for ``settings.minutes``.
 
     Rounds of: sample text (``config.gen_minutes``; prompts cycle through ``train_prompts``, each batch
     a fresh sample), train (``config.train_minutes``; AdamW on the top-k forward KL over all stored
     rows, sequences drawn uniformly from all text so far), then evaluate on ``eval_prompts`` (acceptance
-    at T = 1 on the rounded export weights), checkpoint, and export to ``export_dir`` when the acceptance
-    is at least the best so far. ``start``: first position used for training (the common chat prefix is
-    skipped). ``resume`` continues from ``<run_dir>/ckpt`` and reuses the cached text. ``theory_fn``
-    (optional) maps (student, eval samples) to extra measured quantities stored in the record.
-    Returns the final record (also in ``<run_dir>/record.json``)."""
+    at T = 1 on the rounded export weights), checkpoint, and export to ``settings.export_dir`` when the
+    acceptance is at least the best so far. Returns the final record (also in ``<run_dir>/record.json``)."""
+    minutes, resume = settings.minutes, settings.resume
     config.validate()
     if minutes <= 0:
         raise ValueError(f"minutes must be > 0, got {minutes}")
@@ -167,7 +179,7 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
     t_begin = time.time()
     deadline = t_begin + 60.0 * minutes
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = _Log(run_dir / "log.txt", echo)
+    log = _Log(run_dir / "log.txt", settings.echo)
     has_ckpt = (run_dir / "ckpt" / "state.json").is_file()
     if has_ckpt and not resume:
         raise ValueError(f"{run_dir} already holds a checkpoint: pass resume=True (--resume) or another run dir")
@@ -177,7 +189,7 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
     rng = random.Random(config.seed * 1000 + state["resumes"])
     log(f"run dir {run_dir}; {len(train_prompts)} training prompts, {len(eval_prompts)} held-out prompts; "
         f"{minutes} min; config {asdict(config)}")
-    eval_samples = _heldout_samples(target, run_dir, eval_prompts, config, eos_token_id, log)
+    eval_samples = _heldout_samples(target, run_dir, eval_prompts, config, settings.eos_token_id, log)
     if state["initial"] is None:
         init = acceptance_rate(student, eval_samples, config.temperature)
         state["initial"] = {"acceptance": init["mean"], "kl": init["kl"]}
@@ -191,13 +203,13 @@ def distill(target, run_dir: Path | str, train_prompts: Sequence[Sequence[int]],
     while round_no == 0 or time.time() < deadline - reserve:
         round_no += 1
         # 1) more text
-        _sample_round(run, round_no, train_prompts, gen, eos_token_id, start, progress,
+        _sample_round(run, round_no, train_prompts, gen, settings,
                       until=min(time.time() + 60.0 * config.gen_minutes, deadline - reserve))
         # 2) training
-        _train_round(run, round_no, rng, deadline, minutes, progress,
+        _train_round(run, round_no, rng, deadline, minutes, settings.progress,
                      until=min(time.time() + 60.0 * config.train_minutes, deadline - reserve / 2))
         # 3) measure, checkpoint, export
-        rec = _finish_round(run, round_no, eval_samples, theory_fn, export_dir, extra_record)
+        rec = _finish_round(run, round_no, eval_samples, settings)
     log(f"done after {(time.time() - t_begin) / 60:.1f} min")
     if rec is None:
         raise ValueError(f"minutes={minutes} left no time for a round")
@@ -252,19 +264,19 @@ def _heldout_samples(target, run_dir: Path, eval_prompts: Sequence[Sequence[int]
 
 
 def _sample_round(run: _Run, round_no: int, train_prompts: Sequence[Sequence[int]], gen: torch.Generator,
-                  eos_token_id: int | None, start: int, progress: bool, until: float) -> None:
+                  settings: RunSettings, until: float) -> None:
     """Step 1 of a round: the target samples more text until ``until`` (at least one batch when there is
     no text yet), saved as the next shard and added to ``run.samples``."""
     config, state, samples = run.config, run.state, run.samples
     new = []
-    bar = _progress(None, f"round {round_no}: sampling", progress)
+    bar = _progress(None, f"round {round_no}: sampling", settings.progress)
     while time.time() < until or (not samples and not new):
         batch = [train_prompts[(state["prompt_cursor"] + i) % len(train_prompts)]
                  for i in range(config.gen_batch)]
         state["prompt_cursor"] += config.gen_batch
         t0 = time.time()
-        new += sample_continuations(run.target, batch, config.new_tokens, config.topk, gen, eos_token_id,
-                                    start=start, temperature=config.temperature)
+        new += sample_continuations(run.target, batch, config.new_tokens, config.topk, gen, settings.eos_token_id,
+                                    start=settings.start, temperature=config.temperature)
         state["gen_seconds"] += time.time() - t0
         bar.update(len(batch))
     bar.close()
@@ -310,12 +322,11 @@ def _train_round(run: _Run, round_no: int, rng: random.Random, deadline: float, 
     bar.close()
 
 
-def _finish_round(run: _Run, round_no: int, eval_samples: list[Sample], theory_fn: Callable | None,
-                  export_dir: Path | str | None, extra_record: dict | None) -> dict:
+def _finish_round(run: _Run, round_no: int, eval_samples: list[Sample], settings: RunSettings) -> dict:
     """Step 3 of a round: evaluate and time the rounded weights, checkpoint, export when the acceptance
     is at least the best so far; returns the round's record (also written to ``<run_dir>/record.json``)."""
     config, state = run.config, run.state
-    ev = _evaluate(run.student, eval_samples, config, theory_fn)
+    ev = _evaluate(run.student, eval_samples, config, settings.theory_fn)
     state["evals"].append({"step": state["steps"], "acceptance": ev["mean"], "kl": ev["kl"],
                            "positions": sum(s.num_rows for s in run.samples),
                            "train_minutes": state["train_seconds"] / 60})
@@ -324,12 +335,12 @@ def _finish_round(run: _Run, round_no: int, eval_samples: list[Sample], theory_f
         run.timing = measure_forward_times(run.student, run.target, config.prefix_len, config.timing_repeats)
     run.log(f"forward one token (prefix {config.prefix_len}): draft {run.timing['draft_ms']:.2f} ms, "
             f"target {run.timing['target_ms']:.2f} ms, ratio {run.timing['ratio']:.3f}")
-    rec = _record(run, ev, extra_record)
+    rec = _record(run, ev, settings.extra_record)
     save_checkpoint(run.run_dir, run.student, run.optimizer, state)
     best = state["best_acceptance"]
     exported = False
-    if export_dir is not None and (best is None or ev["mean"] >= best):
-        export_draft(run.student, export_dir, rec, config.export_dtype)
+    if settings.export_dir is not None and (best is None or ev["mean"] >= best):
+        export_draft(run.student, settings.export_dir, rec, config.export_dtype)
         exported = True
     state["best_acceptance"] = ev["mean"] if best is None else max(best, ev["mean"])
     save_checkpoint(run.run_dir, run.student, run.optimizer, state)

@@ -1,22 +1,21 @@
 """Measuring and exporting the feature draft: the record ``draft.json`` beside its weights.
 
 * acceptance by depth 1..8 at T = 0.2 / 0.6 / 1.0 on the held-out prompts of all 13 categories,
-  overall and per category (`train.acceptance_by_depth`; the measure of ``draft.json`` of the
+  overall and per category (`levels.acceptance_by_depth`; the measure of ``draft.json`` of the
   independent draft: mean over continuation positions of sum_x min(p(x), q(x)));
-* Sequoia's positional acceptance vector and ERSS's r vector from depth-1 rows (`theory`), so
-  ``sequoia:N`` shapes and the DP trees are built on this draft's own measurements;
-* the draft's and the target's one-token forward times (medians, prefix KV cache);
-* the training record: data, minutes, the loss curve.
+* Sequoia's positional acceptance vector and ERSS's r vector from depth-1 rows
+  (`evaluation.theory_vectors`), so ``sequoia:N`` shapes and the DP trees use this draft's own numbers;
+* the draft's and the target's one-token forward times (medians, prefix KV cache; `timing`);
+* the training record of `online`: data, minutes, the loss curve, the draft it started from.
 
 Command line::
 
-    python -m specdec_lib.training.feature.evaluate --run-dir distill_runs/eagle --export
+    python -m specdec_lib.training.feature.evaluate --weights distill_runs/eagle_online/<run>.safetensors --export
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import statistics
@@ -28,15 +27,17 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file
 
-from ... import theory
 from ...data import load_prompts
 from ...models import load_model
-from ...models.kv_cache import cache_of, with_cache
+from ...models.feature_net import (
+    EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft, grow_feature_draft, num_layers_of,
+)
 from ...models.offline import DRAFT_DIR
 from ...models.subset_head import use_subset_head
+from ..evaluation import theory_vectors
+from ..timing import TimedForward, interleaved_seconds, one_token_forward, random_tokens
 from .data import FeatureSample, load_feature_samples, sample_with_features, save_feature_samples
-from ...models.feature_net import EAGLE_DIR, FeatureDraft, build_feature_draft, export_feature_draft, grow_feature_draft, num_layers_of
-from .train import acceptance_by_depth, mean_acceptance
+from .levels import acceptance_by_depth, mean_acceptance
 
 __all__ = ["heldout_samples", "forward_times", "per_prompt_acceptance", "measure", "comparison_frame",
            "paired_prompt_frame", "category_frame", "training_summary", "online_loss_frame", "main"]
@@ -66,27 +67,18 @@ def heldout_samples(lm, path: Path | None, new_tokens: int = 96, batch: int = 16
 
 @torch.no_grad()
 def forward_times(draft: FeatureDraft, target_model, prefix_len: int = 100, repeats: int = 21) -> dict:
-    """Median ms of a one-token forward after a ``prefix_len`` KV cache, draft and target alternately."""
+    """Median ms of a one-token forward after a ``prefix_len`` KV cache of random tokens, draft (with its
+    head) and target alternately (`timing.interleaved_seconds`)."""
     dev = target_model.get_input_embeddings().weight.device
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, 1000, (1, prefix_len), generator=gen).to(dev)
-    token = torch.randint(0, 1000, (1, 1), generator=gen).to(dev)
+    prefix, token = (t.to(dev) for t in random_tokens(prefix_len, 1000, seed=0))
+    target_call = one_token_forward(target_model, prefix, token)
     hidden = draft.hidden_size
-    t_base = cache_of(target_model(input_ids=prefix, use_cache=True))
     pos = torch.arange(prefix_len)[None].to(dev)
     _, d_base = draft(prefix, torch.zeros(1, prefix_len, hidden), pos, use_cache=True)
     feat = torch.zeros(1, 1, hidden)
-    times = {"draft": [], "target": []}
-    for _ in range(repeats + 2):
-        cache = copy.deepcopy(d_base)
-        t0 = time.perf_counter()
-        draft.head(draft(token, feat, pos[:, -1:] + 1, past_key_values=cache, use_cache=True)[0])
-        times["draft"].append(time.perf_counter() - t0)
-        cache = copy.deepcopy(t_base)
-        t0 = time.perf_counter()
-        target_model(input_ids=token, use_cache=True, **with_cache(target_model, cache))
-        times["target"].append(time.perf_counter() - t0)
-    d, t = (1000 * statistics.median(times[k][2:]) for k in ("draft", "target"))
+    draft_call = TimedForward(d_base, lambda cache: draft.head(
+        draft(token, feat, pos[:, -1:] + 1, past_key_values=cache, use_cache=True)[0]))
+    d, t = (1000 * statistics.median(times) for times in interleaved_seconds([draft_call, target_call], repeats, dev))
     return {"draft_ms": d, "target_ms": t, "ratio": d / t, "prefix_len": prefix_len, "repeats": repeats,
             "threads": torch.get_num_threads(), "dtype": str(target_model.dtype)}
 
@@ -110,18 +102,13 @@ def measure(draft: FeatureDraft, target_lm, samples: Sequence[FeatureSample], ca
     p, q = result["depth1_rows"]
     p, q = p.double(), q.double()
     p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
-    gen = torch.Generator().manual_seed(0)
-    kw = dict(method="monte_carlo", num_samples=8)
-    seq_vec = theory.positional_acceptance(p[:64], q[:64], 8, "without_replacement", generator=gen, **kw)
-    r_vec = theory.erss_index_distribution(p[:64], q[:64], 8, coupling="erss",
-                                           generator=torch.Generator().manual_seed(0), **kw)
+    vectors = theory_vectors(p[:64], q[:64], max_children=8, num_samples=8, seed=0)
     overall = mean_acceptance(result)
     return {"split": "heldout", "sequences": len(samples), "positions_by_depth": result["counts"].sum(0).tolist(),
             "mean_acceptance": overall["1.0"][0], "acceptance_by_depth": overall,
             "acceptance_by_category": by_category,
             "per_prompt_t1": per_prompt_acceptance(result), "positions_per_prompt": result["counts"][:, 0].tolist(),
-            "sequoia_positional_acceptance": [float(x) for x in seq_vec],
-            "erss_r_vector": [float(x) for x in r_vec],
+            **vectors,
             "theory_measurement": {"rows": int(min(64, p.shape[0])), "depth": 1, "temperature": 1.0,
                                    "num_samples": 8}}
 
@@ -163,15 +150,15 @@ def category_frame(record: dict, temperature: str = "1.0", depth: int = 1):
 
 
 def training_summary(record: dict) -> str:
-    """One line on how the exported feature draft was trained: CPU shards (`train`) or `online` on an
-    accelerator, followed by how the draft it started from was trained (online runs chain)."""
+    """One line on how the exported feature draft was trained: `online` runs (on an accelerator), each followed
+    by how the draft it started from was trained, down to a record of training on stored target rows on a CPU."""
     fwd = record["forward_time"]
     cost = f"forward {fwd['draft_ms']:.1f} ms vs target {fwd['target_ms']:.1f} ms (ratio {fwd['ratio']:.3f})"
     return f"feature draft: {_training_line(record['training'])}; {cost}"
 
 
 def _training_line(train: dict) -> str:
-    if "sampled_tokens" not in train:  # CPU shards (eagle.train)
+    if "sampled_tokens" not in train:  # training on stored target rows on a CPU (step, minutes, data)
         return (f"{train['step']} steps, {train['minutes']:.1f} training minutes, {train['data']['tokens']:,} "
                 f"target-sampled tokens, {train['data']['minutes']:.1f} generation minutes on the CPU")
     how = [] if train.get("objective", "kl") == "kl" else [ONLINE_OBJECTIVE_NAME[train["objective"]]]
@@ -196,15 +183,6 @@ def online_loss_frame(record: dict):
         for name, value in zip(["total"] + [f"level {m}" for m in range(1, len(losses))], losses):
             rows.append({"minutes": minutes, "sampled tokens": tokens, "series": name, "loss": value})
     return pd.DataFrame(rows)
-
-
-def _loss_curve(run_dir: Path) -> list:
-    path = run_dir / "train_log.jsonl"
-    if not path.is_file():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [[r["step"], round(r["loss"], 4), round(r["minutes"], 2)] + [round(x, 4) for x in r["levels"]]
-            for r in rows]
 
 
 ONLINE_OBJECTIVE_TEXT = {
@@ -241,42 +219,43 @@ def _online_training(weights: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="measure (and export) the feature draft")
-    ap.add_argument("--run-dir", default="distill_runs/eagle")
+    ap.add_argument("--weights", type=Path, default=None,
+                    help="a state trained by `online` (<out>/<name>.safetensors); its online_summary.json and "
+                         "online_log.jsonl beside it are the training record")
+    ap.add_argument("--init", action="store_true", help="measure the untrained feature draft instead")
     ap.add_argument("--export", action="store_true", help=f"write the draft and its record to {EAGLE_DIR}")
+    ap.add_argument("--run-dir", default="distill_runs/eagle", help="where the held-out continuations are cached")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--init", action="store_true", help="measure the untrained feature draft (no checkpoint)")
     ap.add_argument("--per-category", type=int, default=None,
                     help="only the first N held-out prompts of each category")
-    ap.add_argument("--weights", type=Path, default=None,
-                    help="a trained state from eagle.online (<out>/<name>.safetensors) instead of <run-dir>/checkpoint.pt; "
-                         "its online_summary.json and online_log.jsonl beside it are the training record")
     a = ap.parse_args(argv)
-    if a.weights is not None and a.init:
-        ap.error("--weights and --init exclude each other")
+    if (a.weights is None) == (not a.init):
+        ap.error("give --weights or --init (one of them)")
+    if a.export and a.weights is None:
+        ap.error("--export needs --weights")
     torch.set_num_threads(a.threads)
     run = Path(a.run_dir)
     lm = load_model("smollm2-135m-instruct")
     draft = build_feature_draft(lm)
-    online_training = _online_training(a.weights) if a.weights is not None else None
+    training = _online_training(a.weights) if a.weights is not None else None
     # a draft trained with the full head by `online --heads full` is measured and exported with it (no vocabulary file)
-    full_head = online_training is not None and online_training["head"] == "full"
+    full_head = training is not None and training["head"] == "full"
     head_vocab = None if full_head else load_file(str(DRAFT_DIR / "head_vocab.safetensors"))["vocab_ids"]
     if head_vocab is not None:
         use_subset_head(draft.student, head_vocab)
     draft.eval()
+    trained = None
     if a.weights is not None:
-        saved = {"draft": {k: v.float() for k, v in load_file(str(a.weights)).items()}, "state": {}}
-        draft = grow_feature_draft(draft, lm, num_layers_of(saved["draft"])).eval()  # a draft grown by online --layers
-    else:
-        saved = torch.load(run / "checkpoint.pt", weights_only=False) if not a.init else {"state": {}}
+        trained = {k: v.float() for k, v in load_file(str(a.weights)).items()}
+        draft = grow_feature_draft(draft, lm, num_layers_of(trained)).eval()  # a draft grown by online --layers
     t0 = time.time()
     cache = run / (f"heldout_{a.per_category}_per_category.safetensors" if a.per_category else "heldout.safetensors")
     samples, cats = heldout_samples(load_model("smollm2-135m-instruct", dtype="bfloat16"), cache,
                                     per_category=a.per_category)
     # the same positions with the feature input still zero: the independent draft it started from
     base_result = acceptance_by_depth(draft, lm.model, samples, 8, TEMPERATURES)
-    if not a.init:
-        draft.load_state_dict(saved["draft"], strict=False)
+    if trained is not None:
+        draft.load_state_dict(trained, strict=False)
     evaluation = measure(draft, lm, samples, cats)
     evaluation["independent_draft_same_positions"] = mean_acceptance(base_result)
     evaluation["independent_per_prompt_t1"] = per_prompt_acceptance(base_result)
@@ -287,10 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "independent_draft_same_positions")}), flush=True)
     if not a.export:
         return 0
-    training = online_training if online_training is not None else {
-        **saved["state"], "data": json.loads((run / "data" / "progress.json").read_text()),
-        "loss_curve_columns": ["step", "loss", "minutes", "level losses..."], "loss_curve": _loss_curve(run)}
     layers = len(draft.student.model.layers)
+    start = ("the committed feature draft" if training.get("started_from") is not None
+             else "the independent draft's layers")
     record = {
         "name": "smollm2-135m-eagle", "base_model": "smollm2-135m-instruct",
         "design": "feature draft (EAGLE family): input E[x_j] + W RMSNorm(f_{j-1}) (W zero-initialised), the "
@@ -300,10 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + (", the target's full tied head" if full_head else
                      ", the target's tied head restricted to 8192 frequent tokens")
                   + "; own output fed as the feature below the root",
-        "objective": (ONLINE_OBJECTIVE_TEXT[training["objective"]] + ", summed over 3 training-time-test levels; started "
-                      "from the committed feature draft" if a.weights is not None else
-                      "forward KL(target || draft) at T=1 on top-64 rows + rest bucket, summed over training-time-test "
-                      "levels (level m = depth m of a chain drafted along the sampled text)"),
+        "objective": (ONLINE_OBJECTIVE_TEXT[training["objective"]] + ", summed over 3 training-time-test levels; "
+                      f"started from {start}"),
         "training": training,
         "evaluation": evaluation,
         "forward_time": forward_times(draft, lm.model),

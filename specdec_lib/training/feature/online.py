@@ -1,25 +1,14 @@
-"""Online training of the feature draft on an accelerator: sampling, features and training in one
-process, nothing written but checkpoints.
+"""Training the feature draft: the target samples, features and training in one process, nothing written
+but checkpoints (on an accelerator; the same code runs on a CPU at toy sizes).
 
-`train` reads shards from disk and builds one dense mask over a packed batch: right for a CPU and a
-few thousand tokens. On a GPU the target samples tens of thousands of tokens per second, so here:
-
-1. the target samples continuations of a batch of prompts at T = 1 (``generate``; no top-k, no top-p);
-2. one teacher-forced target forward over the right-padded sequences gives the features f_j (with
-   right padding a causal forward needs no mask: every real position sees only real ones);
-3. the batch joins a buffer of tokens and bfloat16 features; the target's rows are recomputed from
-   the features by its head whenever a batch is drawn, so the buffer holds ~1.2 kB per token, not a
-   49,152-wide row;
-4. each draft trains on rows drawn from the buffer, for as long as the sampling took (``train_ratio``),
-   with the training-time-test levels of `train` (every row shares one [levels L, levels L] mask,
-   `train.level_mask_of`) and the KL of `sub_vocab_kl` against the target's exact rows.
-
-Several drafts (e.g. learning rates) can train on the same samples. Each draft's trainable state is
-saved as ``<out>/<name>.safetensors`` (the format of `model.export_feature_draft`) with
-``<out>/online_log.jsonl``; a second run with the same ``--out`` continues from the saved weights (with a
-fresh optimiser and its warm-up: the optimiser's state, twice the weights' size, is not kept).
-
-Command line (a GPU; the same code runs on a CPU at toy sizes)::
+Each round the target samples continuations of a batch of prompts at T = 1 (`sampling.generate_continuations`),
+one teacher-forced target forward gives their features f_j (`target_features`), and the batch joins a buffer
+of tokens and bfloat16 features (~1.2 kB per token; the target's rows are recomputed from the features by
+its head when a batch is drawn). Each draft then trains on sequences drawn from the buffer for as long as
+the sampling took (``train_ratio``), with the training-time-test levels of `levels` and the per-row loss
+`losses.sub_vocab_kl` (or `losses.sub_vocab_rejection`) against the target's exact rows. Several drafts can
+train on the same samples; each is saved as ``<out>/<name>.safetensors`` beside ``<out>/online_log.jsonl``,
+and a second run with the same ``--out`` continues from the saved weights (fresh optimiser and warm-up)::
 
     python -m specdec_lib.training.feature.online --minutes 6 --out distill_runs/eagle_online --device cuda
 """
@@ -41,69 +30,18 @@ from safetensors.torch import load_file, save_file
 
 from ...data import load_prompts
 from ...models import load_model
-from .data import FeatureSample, training_prompts
-from ..distill.export import committed_record
+from ...models.feature_net import EAGLE_DIR, FeatureDraft, build_feature_draft, grow_feature_draft, load_feature_draft
+from ...models.offline import DRAFT_LAYERS_FILE, apply_head_vocab
 from ...models.subset_head import use_subset_head
-from ...models.feature_net import EAGLE_DIR, FeatureDraft, grow_feature_draft, load_feature_draft
-from .train import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
+from ..evaluation import read_record
+from ..losses import sub_vocab_kl, sub_vocab_rejection
+from ..sampling import Rollouts, generate_continuations
+from .data import FeatureSample, training_prompts
+from .levels import acceptance_by_depth, level_mask_of, levels_forward, mean_acceptance
 
-__all__ = ["Rollouts", "sample_continuations", "target_features", "sub_vocab_kl", "sub_vocab_rejection", "OBJECTIVES",
-           "HEADS", "own_head", "with_head", "rollout_levels", "online_loss", "DraftRun", "train_online",
-           "heldout_rollouts", "continuation_samples", "depth_acceptance", "main"]
-
-
-@dataclass
-class Rollouts:
-    """Right-padded sequences ``ids`` [B, L] (prompt then continuation), their ``lengths`` and
-    ``prompt_lens`` [B], and the target's features ``features`` [B, L, H] (row j: after ids[: j + 1])."""
-
-    ids: torch.Tensor
-    lengths: torch.Tensor
-    prompt_lens: torch.Tensor
-    features: torch.Tensor | None = None
-
-    def rows(self, index: torch.Tensor) -> "Rollouts":
-        """The sequences ``index``, trimmed to their longest."""
-        width = int(self.lengths[index].max())
-        feats = None if self.features is None else self.features[index, :width]
-        return Rollouts(self.ids[index, :width], self.lengths[index], self.prompt_lens[index], feats)
-
-
-@torch.no_grad()
-def sample_continuations(model, prompts: Sequence[Sequence[int]], new_tokens: int, eos_token_id: int,
-                         pad_token_id: int, seed: int, temperature: float = 1.0) -> Rollouts:
-    """The target (an HF causal LM) samples one continuation per prompt (batched, left-padded for
-    sampling), cut after the first EOS; returned right-padded with ``pad_token_id``."""
-    # lazy: transformers takes seconds to import; only model loading needs it
-    from transformers import GenerationConfig
-
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be a non-empty list of non-empty token lists")
-    if new_tokens < 1:
-        raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
-    device = model.get_input_embeddings().weight.device
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, width - len(p):] = torch.as_tensor(list(p))
-        mask[b, width - len(p):] = 1
-    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                              max_new_tokens=new_tokens, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
-    torch.manual_seed(seed)
-    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
-    continuation = out[:, width:].cpu().tolist()
-    seqs = []
-    for p, c in zip(prompts, continuation):
-        if eos_token_id in c:
-            c = c[: c.index(eos_token_id) + 1]
-        seqs.append(list(p) + c)
-    length = max(len(s) for s in seqs)
-    padded = torch.full((len(seqs), length), pad_token_id, dtype=torch.long)
-    for b, s in enumerate(seqs):
-        padded[b, : len(s)] = torch.as_tensor(s)
-    return Rollouts(padded.to(device), torch.tensor([len(s) for s in seqs], device=device),
-                    torch.tensor([len(p) for p in prompts], device=device))
+__all__ = ["target_features", "OBJECTIVES", "HEADS", "own_head", "with_head", "initial_draft", "rollout_levels",
+           "online_loss", "DraftRun", "OnlineConfig", "train_online", "heldout_rollouts", "continuation_samples",
+           "depth_acceptance", "main"]
 
 
 @torch.no_grad()
@@ -113,34 +51,13 @@ def target_features(model, rollouts: Rollouts) -> Rollouts:
     return Rollouts(rollouts.ids, rollouts.lengths, rollouts.prompt_lens, hidden.to(torch.bfloat16))
 
 
-def sub_vocab_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
-    """Per row, KL(p || q) restricted to the draft's head vocabulary ``vocab_ids``: sum over x in the
-    vocabulary of p(x) (log p(x) - log q(x)), with ``target_logp`` [R, V] the target's full log-probs and
-    ``draft_logits`` [R, K] the draft's logits over the vocabulary. The target's mass outside it adds a
-    constant the draft cannot change (it is 0 there), left out; with the full vocabulary it is the KL."""
-    logp = target_logp[:, vocab_ids].float()
-    logq = torch.log_softmax(draft_logits.float(), dim=-1)
-    return (logp.exp() * (logp - logq)).sum(-1)
-
-
-def sub_vocab_rejection(target_logp: torch.Tensor, draft_logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
-    """Per row, the rejection probability of token-level speculative sampling at T = 1: 1 - sum over x of
-    min(p(x), q(x)) = TV(p, q), with q the draft's softmax over its head vocabulary ``vocab_ids`` (0 elsewhere)
-    and p the target's full law (``target_logp`` [R, V]). Minimising it maximises the acceptance the draft's
-    record measures; forward KL only bounds it (Pinsker). It is `theory.total_variation` against q padded
-    with zeros, computed over the head vocabulary only (no [R, V]-wide copy of q)."""
-    p = target_logp[:, vocab_ids].float().exp()
-    q = torch.softmax(draft_logits.float(), dim=-1)
-    return 1.0 - torch.minimum(p, q).sum(-1)
-
-
 OBJECTIVES = {"kl": sub_vocab_kl, "tv": sub_vocab_rejection}
 """Per-row training losses of `online_loss`: forward KL(target || draft) or the rejection probability (TV)."""
 
 
 HEADS = ("committed", "full")
 """Head vocabularies a run trains with: the committed draft's (8192 frequent tokens; the target puts ~10% of its
-mass outside them, `probes.head_vocabulary_acceptance`) or the target's full tied head (every token)."""
+mass outside them, scripts/feature_draft_probes.py) or the target's full tied head (every token)."""
 
 
 def own_head(draft: FeatureDraft) -> str:
@@ -163,6 +80,18 @@ def with_head(draft: FeatureDraft, head: str) -> FeatureDraft:
     return draft
 
 
+def initial_draft(target_lm, directory: Path | str) -> FeatureDraft:
+    """The feature draft a run starts from: the one exported to ``directory`` (`load_feature_draft`), or, when
+    ``directory`` holds an independent draft (``layers.safetensors``), a fresh feature draft on its layers with
+    the feature input zero (`build_feature_draft`) and its head vocabulary."""
+    directory = Path(directory)
+    if not (directory / DRAFT_LAYERS_FILE).is_file():
+        return load_feature_draft(target_lm, directory)
+    draft = build_feature_draft(target_lm, directory)
+    apply_head_vocab(draft.student, directory)
+    return draft
+
+
 def rollout_levels(draft: FeatureDraft, batch: Rollouts, levels: int) -> list[torch.Tensor]:
     """The draft's hidden states [B, L, H] at levels 1..``levels`` over right-padded rollouts with features
     (node (i, m) of row b reads x_i and the feature one level up at i - 1; the target's f_{i-1} at level 1)."""
@@ -178,9 +107,9 @@ def online_loss(draft: FeatureDraft, target_head: torch.Tensor, vocab_ids: torch
                 levels: int, level_weights: Sequence[float], prompt_weight: float = 0.2, objective: str = "kl"
                 ) -> tuple[torch.Tensor, list[float]]:
     """Weighted mean over levels of the position-weighted per-row loss ``OBJECTIVES[objective]`` (`sub_vocab_kl`
-    by default) of `train.train_loss`'s design: node (i, m) predicts x_{i+1} against the target's row at i (from
-    its feature and ``target_head`` [V, H]); continuation rows weigh 1, prompt rows ``prompt_weight``; a level-m
-    node needs i >= m - 1."""
+    by default) at the training-time-test levels (`levels`): node (i, m) predicts x_{i+1} against the target's
+    row at i (from its feature and ``target_head`` [V, H]); continuation rows weigh 1, prompt rows
+    ``prompt_weight``; a level-m node needs i >= m - 1."""
     if len(level_weights) < levels:
         raise ValueError(f"level_weights needs {levels} entries, got {len(level_weights)}")
     if objective not in OBJECTIVES:
@@ -244,54 +173,73 @@ class DraftRun:
         return path
 
 
+@dataclass
+class OnlineConfig:
+    """Settings of one `train_online` call."""
+
+    minutes: float                  # wall-clock budget
+    eos_token_id: int
+    pad_token_id: int
+    batch: int = 512                # prompts sampled per round
+    rows_per_step: int = 64         # sequences per training step
+    new_tokens: int = 128           # new tokens per sampled continuation
+    levels: int = 3                 # training-time-test levels
+    level_weights: Sequence[float] = (1.0, 0.6, 0.6)
+    train_ratio: float = 1.0        # training time per round / its sampling time
+    buffer_tokens: int = 8_000_000  # padded positions kept for training
+    save_every_s: float = 60.0
+    seed: int = 0
+
+    def validate(self) -> None:
+        if (self.minutes <= 0 or self.batch < 1 or self.rows_per_step < 1 or self.train_ratio <= 0
+                or self.buffer_tokens < 1):
+            raise ValueError("minutes, batch, rows_per_step, train_ratio and buffer_tokens must be positive")
+
+
 def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Sequence[int]], out_dir: Path | str,
-                 minutes: float, eos_token_id: int, pad_token_id: int, batch: int = 512, rows_per_step: int = 64,
-                 new_tokens: int = 128, levels: int = 3, level_weights: Sequence[float] = (1.0, 0.6, 0.6),
-                 train_ratio: float = 1.0, buffer_tokens: int = 8_000_000, save_every_s: float = 60.0, seed: int = 0,
-                 sampler=None, log=print) -> dict:
-    """Alternate sampling a batch of ``batch`` prompts (cycling through ``prompts``, a new seed each
-    round) and training every run on ``rows_per_step`` sequences drawn from the buffer, for
-    ``train_ratio`` times the sampling's time, until ``minutes`` pass; returns the totals. The buffer keeps
-    the most recent batches up to ``buffer_tokens`` padded positions (always the newest batch; ~1.2 kB of
-    GPU memory per position for a 576-wide feature). ``sampler`` (default: ``target_model``) samples the
-    continuations, e.g. a bfloat16 copy of the target: it only chooses the contexts, while the features and
-    the rows trained against always come from ``target_model``."""
+                 config: OnlineConfig, sampler=None, log=print) -> dict:
+    """Alternate sampling a batch of ``config.batch`` prompts (cycling through ``prompts``, a new seed each
+    round) and training every run on ``config.rows_per_step`` sequences drawn from the buffer, for
+    ``config.train_ratio`` times the sampling's time, until ``config.minutes`` pass; returns the totals. The
+    buffer keeps the most recent batches up to ``config.buffer_tokens`` padded positions (always the newest
+    batch; ~1.2 kB of GPU memory per position for a 576-wide feature). ``sampler`` (default:
+    ``target_model``) samples the continuations, e.g. a bfloat16 copy of the target: it only chooses the
+    contexts, while the features and the rows trained against always come from ``target_model``."""
     if not runs or not prompts:
         raise ValueError("train_online needs at least one run and one prompt")
-    if minutes <= 0 or batch < 1 or rows_per_step < 1 or train_ratio <= 0 or buffer_tokens < 1:
-        raise ValueError("minutes, batch, rows_per_step, train_ratio and buffer_tokens must be positive")
+    config.validate()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     head = target_model.get_output_embeddings().weight.detach()
-    start, deadline = time.time(), time.time() + 60.0 * minutes
-    rng = random.Random(seed)
+    start, deadline = time.time(), time.time() + 60.0 * config.minutes
+    rng = random.Random(config.seed)
     buffer: list[Rollouts] = []
     totals = {"rounds": 0, "sampled_tokens": 0, "trained_rows": 0, "sampling_s": 0.0, "training_s": 0.0}
     last_save = time.time()
-    cursor = (seed * 7919) % len(prompts)
+    cursor = (config.seed * 7919) % len(prompts)
     while time.time() < deadline:
         t0 = time.time()
-        chunk = [prompts[(cursor + i) % len(prompts)] for i in range(batch)]
-        cursor = (cursor + batch) % len(prompts)
-        rollouts = target_features(target_model, sample_continuations(
-            target_model if sampler is None else sampler, chunk, new_tokens, eos_token_id, pad_token_id,
-            seed * 1_000_003 + totals["rounds"]))
-        buffer = _keep_recent(buffer + [rollouts], buffer_tokens)
+        chunk = [prompts[(cursor + i) % len(prompts)] for i in range(config.batch)]
+        cursor = (cursor + config.batch) % len(prompts)
+        rollouts = target_features(target_model, generate_continuations(
+            target_model if sampler is None else sampler, chunk, config.new_tokens, config.eos_token_id,
+            config.pad_token_id, config.seed * 1_000_003 + totals["rounds"]))
+        buffer = _keep_recent(buffer + [rollouts], config.buffer_tokens)
         sampled = int((rollouts.lengths - rollouts.prompt_lens).sum())
         totals["sampled_tokens"] += sampled
         totals["rounds"] += 1
         sampling_s = time.time() - t0
         totals["sampling_s"] += sampling_s
         t1, losses = time.time(), {r.name: [] for r in runs}
-        while time.time() - t1 < train_ratio * sampling_s and time.time() < deadline:
+        while time.time() - t1 < config.train_ratio * sampling_s and time.time() < deadline:
             source = buffer[rng.randrange(len(buffer))]
             pick = torch.randperm(source.ids.shape[0], generator=torch.Generator().manual_seed(rng.randrange(2**31)))
-            rows = source.rows(pick[:rows_per_step].to(source.ids.device))
+            rows = source.rows(pick[:config.rows_per_step].to(source.ids.device))
             for run in runs:
                 run.draft.train()
                 with torch.autocast(rows.ids.device.type, dtype=torch.bfloat16):
                     loss, per_level = online_loss(run.draft, head, run.draft.student.lm_head.vocab_ids, rows,
-                                                  levels, level_weights, objective=run.objective)
+                                                  config.levels, config.level_weights, objective=run.objective)
                 run.update(loss, (time.time() - start) / (deadline - start))
                 losses[run.name].append([float(loss.detach())] + per_level)
             totals["trained_rows"] += int(rows.ids.shape[0])
@@ -304,7 +252,7 @@ def train_online(target_model, runs: Sequence[DraftRun], prompts: Sequence[Seque
         with open(out_dir / "online_log.jsonl", "a") as fh:
             fh.write(json.dumps(record) + "\n")
         log(record)
-        if time.time() - last_save > save_every_s or time.time() >= deadline:
+        if time.time() - last_save > config.save_every_s or time.time() >= deadline:
             for run in runs:
                 run.save(out_dir)
             last_save = time.time()
@@ -332,10 +280,10 @@ def heldout_rollouts(lm, per_category: int | None, new_tokens: int = 96, seed: i
 
 
 def continuation_samples(lm, texts: Sequence[str], new_tokens: int = 96, seed: int = 0) -> list[FeatureSample]:
-    """The target's continuations of ``texts`` at T = 1 as `FeatureSample` s for `train.acceptance_by_depth`
+    """The target's continuations of ``texts`` at T = 1 as `FeatureSample` s for `levels.acceptance_by_depth`
     (which recomputes features and rows; the stored rows are left empty)."""
     prompts = [lm.encode(t).tolist() for t in texts]
-    roll = sample_continuations(lm.model, prompts, new_tokens, lm.eos_token_id, _pad_id(lm), seed)
+    roll = generate_continuations(lm.model, prompts, new_tokens, lm.eos_token_id, _pad_id(lm), seed)
     out = []
     for b, n in enumerate(roll.lengths.tolist()):
         tokens = roll.ids[b, :n].cpu()
@@ -360,7 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, required=True)
     ap.add_argument("--out", type=Path, default=Path("distill_runs/eagle_online"))
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--init", type=Path, default=EAGLE_DIR, help="the feature draft to start from")
+    ap.add_argument("--init", type=Path, default=EAGLE_DIR,
+                    help="the feature draft to start from, or an independent draft's directory (e.g. "
+                         "data/models/smollm2-135m-draft) for a fresh feature draft on its layers")
     ap.add_argument("--lrs", default="3e-4:1e-3,1e-3:3e-3", help="body:inject learning rates, one run each")
     ap.add_argument("--layers", default=None,
                     help="decoder layer counts, e.g. 3,4: one run per learning rate and count, each grown from "
@@ -394,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_heads = {}
     for k, (spec, depth, objective, head) in enumerate(settings):
         lr, inject_lr = (float(x) for x in spec.split(":"))
-        draft = load_feature_draft(lm, a.init)
+        draft = initial_draft(lm, a.init)
         if head == "committed":
             head = own_head(draft)  # "full" for an --init exported with the full head
         name = (f"draft_{k}_lr{spec.replace(':', '_')}" + ("" if depth is None else f"_L{depth}")
@@ -416,12 +366,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [lm.encode(t).tolist() for t in training_prompts(a.seeds, seed=a.seed)]
     random.Random(a.seed).shuffle(prompts)
     sampler = None if a.sample_dtype == "float32" else copy.deepcopy(lm.model).to(getattr(torch, a.sample_dtype))
-    totals = train_online(lm.model, runs, prompts, a.out, a.minutes, lm.eos_token_id, _pad_id(lm), a.batch,
-                          a.rows_per_step, a.new_tokens, a.levels, train_ratio=a.train_ratio,
-                          buffer_tokens=a.buffer_tokens, seed=a.seed,
-                          sampler=sampler, log=lambda r: print(json.dumps(r), flush=True))
+    config = OnlineConfig(a.minutes, lm.eos_token_id, _pad_id(lm), batch=a.batch, rows_per_step=a.rows_per_step,
+                          new_tokens=a.new_tokens, levels=a.levels, train_ratio=a.train_ratio,
+                          buffer_tokens=a.buffer_tokens, seed=a.seed)
+    totals = train_online(lm.model, runs, prompts, a.out, config, sampler=sampler,
+                          log=lambda r: print(json.dumps(r), flush=True))
     after = {r.name: depth_acceptance(r.draft, lm.model, held) for r in runs}
-    init_training = (committed_record(a.init) or {}).get("training") or {}
+    fresh = (a.init / DRAFT_LAYERS_FILE).is_file()  # a fresh feature draft: no feature-draft training before
+    init_training = {} if fresh else (read_record(a.init) or {}).get("training") or {}
     summary = {"totals": totals, "sample_dtype": a.sample_dtype, "acceptance_before": before, "acceptance_after": after,
                "objectives": {r.name: r.objective for r in runs}, "heads": run_heads,
                "device": torch.cuda.get_device_name() if str(a.device).startswith("cuda") else str(a.device),

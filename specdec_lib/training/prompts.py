@@ -1,4 +1,4 @@
-"""Self-made user instructions for the distillation text (`seed_instructions`): open tasks x topics,
+"""Self-made user instructions that both drafts' training text starts from (`seed_instructions`): open tasks x topics,
 stand-alone questions, templated arithmetic, word problems and logic puzzles, translations, summaries,
 coding, role-play, extraction, science and humanities questions, questions over retrieved documents."""
 
