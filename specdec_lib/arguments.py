@@ -13,7 +13,7 @@ import numbers
 import operator
 
 __all__ = ["ArgumentTypeError", "check_int", "check_real", "check_choice", "check_model", "check_seed",
-           "SEED_LOW", "SEED_HIGH"]
+           "check_list", "check_temperature", "check_count", "SEED_LOW", "SEED_HIGH"]
 
 SEED_LOW, SEED_HIGH = -(2 ** 63), 2 ** 64 - 1
 """The seeds ``torch.Generator.manual_seed`` accepts (int64 or uint64)."""
@@ -87,6 +87,26 @@ def check_choice(name: str, value, choices) -> str:
 def check_seed(name: str, value) -> int:
     """``value`` as an int a ``torch.Generator`` can be seeded with (`SEED_LOW` .. `SEED_HIGH`)."""
     return check_int(name, value, SEED_LOW, SEED_HIGH)
+
+
+def check_count(name: str, value) -> int:
+    """``value`` as an int >= 1: a number of prompts, tokens, threads or seconds."""
+    return check_int(name, value, low=1)
+
+
+def check_temperature(name: str, value) -> float:
+    """``value`` as a finite float >= 0 (0: greedy)."""
+    return check_real(name, value, low=0.0)
+
+
+def check_list(name: str, value, check_item) -> list:
+    """``value`` as a non-empty list, each item passed through ``check_item(f"{name}[i]", item)``.
+    `ArgumentTypeError` naming ``name`` for anything but a list or tuple, ValueError for an empty one."""
+    if not isinstance(value, (list, tuple)):
+        raise ArgumentTypeError(f"{name} must be a list, got {value!r:.60} ({_type_name(value)})")
+    if not value:
+        raise ValueError(f"{name} must not be empty: give at least one value, or leave it unset for the default")
+    return [check_item(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
 _MODEL_ATTRS = ("vocab_size", "max_context", "name", "device")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .reporting import reproduce as reports
+from .reporting import destinations
 from .reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
@@ -187,8 +188,8 @@ def _reproduce(args: argparse.Namespace) -> int:
             raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
         notebooks = reports.resolve_notebooks(args.notebook, args.notebook_dir)
         params = parse_parameters(args.parameter, notebooks, args.notebook_dir)
-        reports_dir, results_dir = reports.destinations(args.profile, params, args.reports_dir,
-                                                        args.results_dir, args.publish)
+        reports_dir, results_dir = reports.check_run(args.profile, params, args.reports_dir, args.results_dir,
+                                                     args.publish, args.timeout)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -204,8 +205,23 @@ def _reproduce(args: argparse.Namespace) -> int:
     failed = [r.notebook for r in runs if r.status != "ok"]
     print(f"index: {Path(reports_dir) / 'index.html'}")
     if failed:
-        print(f"failed: {', '.join(failed)} (partial output in {Path(reports_dir) / 'failed'})", file=sys.stderr)
+        record = reports.failures_dir(args.profile, Path(reports_dir))
+        print(f"failed: {', '.join(failed)} (partial output in {record / 'failed'}"
+              + (f"; the published {reports_dir} keeps its last good reports, the failures are in "
+                 f"{record / 'index.html'}" if record != Path(reports_dir) else "") + ")", file=sys.stderr)
         return 1
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    reports_dir = args.reports_dir or reports.default_reports_dir(args.profile)
+    try:
+        destinations.check_run_folder("--reports-dir", reports_dir, destinations.PUBLISHED_REPORTS_DIR)
+        path = reports.build_index(reports_dir)  # an existing folder only: never created here
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
     return 0
 
 
@@ -245,9 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "reproduce":
         return _reproduce(args)
     if args.command == "index":
-        reports_dir = args.reports_dir or reports.default_reports_dir(args.profile)
-        print(reports.build_index(reports_dir))
-        return 0
+        return _index(args)
     if args.command == "seed-check":
         return _seed_check(args)
     raise AssertionError(args.command)

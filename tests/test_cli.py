@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from specdec_lib import cli
+from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
 
@@ -109,8 +110,8 @@ def _typed_notebook(path):
 @pytest.fixture
 def published(tmp_path, monkeypatch):
     """The published reports/ and data/results/ moved to a temporary folder (a regression writes there)."""
-    monkeypatch.setattr(reports, "PUBLISHED_REPORTS_DIR", tmp_path / "published" / "reports")
-    monkeypatch.setattr(reports, "PUBLISHED_RESULTS_DIR", tmp_path / "published" / "data" / "results")
+    monkeypatch.setattr(destinations, "PUBLISHED_REPORTS_DIR", tmp_path / "published" / "reports")
+    monkeypatch.setattr(destinations, "PUBLISHED_RESULTS_DIR", tmp_path / "published" / "data" / "results")
     return tmp_path / "published"
 
 

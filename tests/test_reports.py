@@ -11,6 +11,7 @@ import subprocess
 import nbformat
 import pytest
 
+from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
 from specdec_lib.reporting.index import data_seed_rows, wall_minutes
@@ -259,8 +260,8 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     import papermill
 
     published_rep, published_res = tmp_path / "reports", tmp_path / "data" / "results"
-    monkeypatch.setattr(reports, "PUBLISHED_REPORTS_DIR", published_rep)
-    monkeypatch.setattr(reports, "PUBLISHED_RESULTS_DIR", published_res)
+    monkeypatch.setattr(destinations, "PUBLISHED_REPORTS_DIR", published_rep)
+    monkeypatch.setattr(destinations, "PUBLISHED_RESULTS_DIR", published_res)
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
     _notebook(nbdir / "01_good.ipynb", "")
@@ -578,8 +579,8 @@ def test_threads_are_an_execution_setting_published_and_shared_among_the_noteboo
     import papermill
 
     published_rep, published_res = tmp_path / "reports", tmp_path / "data" / "results"
-    monkeypatch.setattr(reports, "PUBLISHED_REPORTS_DIR", published_rep)
-    monkeypatch.setattr(reports, "PUBLISHED_RESULTS_DIR", published_res)
+    monkeypatch.setattr(destinations, "PUBLISHED_REPORTS_DIR", published_rep)
+    monkeypatch.setattr(destinations, "PUBLISHED_RESULTS_DIR", published_res)
     monkeypatch.setattr(reports.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert [reports.threads_per_notebook(j) for j in (1, 2, 3, 4, 8)] == [4, 2, 1, 1, 1]
     nbdir = tmp_path / "nb"

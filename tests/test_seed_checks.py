@@ -7,13 +7,14 @@ import json
 import pytest
 
 from specdec_lib import cli
+from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
 from specdec_lib.reporting.index import SEED_CHECKS, data_seed_rows
 from specdec_lib.reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
 
 
-def _run(folder, status="ok", parameters=None):
+def _run(folder, status="ok", parameters=None, profile="default", revision="abc123"):
     """A finished custom run of notebook 02_t in ``folder``: its status.json and claims/02_t.json."""
     parameters = {"seeds": [1], "num_threads": 1} if parameters is None else parameters
     results.save_claims("02_t", [results.claim("trav", "P(tau >= 1) equal", "equal", "+0.000", True),
@@ -21,7 +22,21 @@ def _run(folder, status="ok", parameters=None):
                                  results.claim("trav", "speedup (wall clock)", "1.2x", "1.1x", "partly")],
                         directory=folder / "claims")
     (folder / "status.json").write_text(json.dumps({"02_t": {
-        "notebook": "02_t", "status": status, "git_revision": "abc123", "parameters": parameters}}))
+        "notebook": "02_t", "status": status, "profile": profile, "git_revision": revision,
+        "parameters": {"profile": profile, **parameters}}}))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def published(tmp_path, monkeypatch):
+    """The published reports/ moved to a temporary folder holding the published run of 02_t (default profile,
+    revision abc123, the profile's own models)."""
+    folder = tmp_path / "published" / "reports"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"02_t": {
+        "notebook": "02_t", "status": "ok", "profile": "default", "git_revision": "abc123",
+        "parameters": {"profile": "default"}}}))
+    monkeypatch.setattr(destinations, "PUBLISHED_REPORTS_DIR", folder)
     return folder
 
 
@@ -90,5 +105,5 @@ def test_a_notebook_with_one_seed_parameter_names_the_file_by_it(tmp_path):
 
 
 def test_the_default_folder_is_the_one_the_published_index_reads():
-    assert SEED_CHECKS_DIR == (reports.PUBLISHED_REPORTS_DIR / SEED_CHECKS).resolve()
+    assert SEED_CHECKS_DIR == (results.REPO_ROOT / "reports" / SEED_CHECKS).resolve()
     assert SEED_CHECKS_DIR == results.REPO_ROOT / "data" / "results" / "seed_checks"

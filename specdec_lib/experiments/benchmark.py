@@ -21,7 +21,10 @@ Per method: the median over prompts of tokens/s (generated tokens / wall seconds
 of tokens per target forward and of the draft / target / verify split, and the paired speedup (median
 over prompts of tokens/s over autoregressive tokens/s on the same prompt). Every prompt runs all methods
 in turn, so a slow drift of a shared machine's speed hits every method alike. Results, with machine, versions
-and parameters, go to ``data/results/bench_<host>.json``. Timings synchronise CUDA.
+and parameters, go to the run folder ``runs/bench/bench_<host>.json`` (git-ignored), or with ``--publish`` to
+the published ``data/results/bench_<host>.json``. Every argument and the output path are checked before any
+model loads (`check_bench_arguments`, `destinations.check_output_file`): no output inside ``reports/``, none
+inside ``data/results/`` without ``--publish``, no folder as the output. Timings synchronise CUDA.
 """
 
 from __future__ import annotations
@@ -38,20 +41,24 @@ from typing import Sequence
 import torch
 
 from .. import __version__
+from ..arguments import check_count, check_real, check_temperature
 from ..data import Prompt, load_prompts
 from ..decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
 from ..models import load_model
 from ..progress import tqdm
-from ..reporting.results import machine
+from ..reporting.destinations import check_output_file
+from ..reporting.results import atomic_write_text, machine
 from ..sampling import process_logits
 from ..theory import positional_acceptance
 from ..verifiers import get_verifier
 
 __all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
-           "default_output_path"]
+           "default_output_path", "bench_output_path", "check_bench_arguments"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
+RUNS_DIR = REPO_ROOT / "runs" / "bench"
+"""Where a benchmark writes unless it is published (git-ignored)."""
 DEFAULT_SEQUOIA = "sequoia:16x6"
 INDEPENDENT = "smollm2-135m-draft"
 DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2",
@@ -71,9 +78,16 @@ def _versions() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "specdec_lib": __version__}
 
 
-def default_output_path(host: str | None = None) -> Path:
+def default_output_path(host: str | None = None, publish: bool = False) -> Path:
+    """``bench_<host>.json`` in `RUNS_DIR`, or with ``publish`` in the published `RESULTS_DIR`."""
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in (host or socket.gethostname()))
-    return RESULTS_DIR / f"bench_{host}.json"
+    return (RESULTS_DIR if publish else RUNS_DIR) / f"bench_{host}.json"
+
+
+def bench_output_path(output: Path | str | None, publish: bool = False) -> Path:
+    """The file a benchmark writes, checked before it runs (`destinations.check_output_file`): ``output``,
+    or by default `default_output_path`."""
+    return check_output_file("output", output if output else default_output_path(publish=publish), publish)
 
 
 @torch.no_grad()
@@ -226,16 +240,17 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
                   draft="smollm2-135m-eagle", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
                   top_p: float = 1.0, seed: int = 0, acceptance_vector: Sequence[float] | None = None,
                   device=None, dtype=None, output: Path | str | None = None, warmup: bool = True,
-                  progress: bool = True, hf_draft=None) -> dict:
+                  progress: bool = True, hf_draft=None, publish: bool = False) -> dict:
     """Run every method on every prompt; returns (and writes to ``output``, default
-    ``data/results/bench_<host>.json``; ``output=False`` writes nothing) the results dict.
+    ``runs/bench/bench_<host>.json``, with ``publish`` ``data/results/bench_<host>.json``; ``output=False``
+    writes nothing) the results dict. The output is checked before anything runs (`bench_output_path`).
 
     ``target`` / ``draft`` / ``hf_draft``: names for `models.load_model` or loaded model objects; a
     method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
     default ``draft`` when HF can run it (not a feature draft) and the independent draft otherwise. ``prompts``: default the project's held-out prompts.
     """
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_count("max_new_tokens", max_new_tokens)
+    path = None if output is False else bench_output_path(output, publish)
     specs = [_parse_method(m) for m in methods]
     if not specs:
         raise ValueError("no methods to benchmark")
@@ -337,10 +352,8 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "methods": results,
     }
-    if output is not False:
-        path = Path(output) if output else default_output_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2))
+    if path is not None:
+        atomic_write_text(path, json.dumps(report, indent=2))
         report["output"] = str(path)
     return report
 
@@ -376,22 +389,57 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="target and drafts (autoregressive too): e.g. bfloat16")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (1 on a busy machine: OpenMP barriers stall 2-thread forwards)")
-    ap.add_argument("--output", default=None, help="JSON path (default data/results/bench_<host>.json)")
+    ap.add_argument("--output", default=None,
+                    help="JSON file (default runs/bench/bench_<host>.json; data/results/bench_<host>.json with "
+                         "--publish); never inside reports/, inside data/results/ only with --publish")
+    ap.add_argument("--publish", action="store_true",
+                    help="write into the published data/results/ (replacing its bench file of this host)")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    try:
+        checked = check_bench_arguments(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     prompts = load_prompts(args.split, per_category=args.per_category)
     if args.num_prompts is not None:
         prompts = prompts[: args.num_prompts]
-    vector = [float(x) for x in args.acceptance_vector.split(",")] if args.acceptance_vector else None
-    report = run_benchmark(prompts, args.max_new_tokens, args.target, args.draft,
-                           [m.strip() for m in args.methods.split(",") if m.strip()], args.temperature, args.top_p,
-                           args.seed, vector, args.device, args.dtype, args.output, hf_draft=args.hf_draft)
+    report = run_benchmark(prompts, args.max_new_tokens, args.target, args.draft, checked["methods"],
+                           args.temperature, args.top_p, args.seed, checked["acceptance_vector"], args.device,
+                           args.dtype, checked["output"], hf_draft=args.hf_draft, publish=args.publish)
     print(format_table(report))
     print(f"written to {report['output']}")
     return 0
+
+
+def check_bench_arguments(args: argparse.Namespace) -> dict:
+    """The ``specdec bench`` arguments checked before any model loads: counts >= 1 (``--num-prompts``,
+    ``--per-category``, ``--max-new-tokens``, ``--threads``), a finite temperature >= 0, ``--top-p`` in (0, 1],
+    known methods, a numeric acceptance vector and the output file (`bench_output_path`). ValueError naming the
+    option; returns the methods, the acceptance vector and the output path."""
+    for option in ("num_prompts", "per_category", "max_new_tokens", "threads"):
+        if getattr(args, option) is not None:
+            check_count("--" + option.replace("_", "-"), getattr(args, option))
+    check_temperature("--temperature", args.temperature)
+    check_real("--top-p", args.top_p, 0.0, 1.0, low_open=True)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise ValueError("--methods: no method given")
+    for method in methods:
+        try:
+            _parse_method(method)
+        except ValueError as exc:
+            raise ValueError(f"--methods: {exc}") from None
+    vector = None
+    if args.acceptance_vector:
+        try:
+            vector = [float(x) for x in args.acceptance_vector.split(",")]
+        except ValueError:
+            raise ValueError(f"--acceptance-vector: {args.acceptance_vector!r} is not a comma-separated list of "
+                             f"numbers") from None
+    return {"methods": methods, "acceptance_vector": vector,
+            "output": bench_output_path(args.output, args.publish)}
 
 
 main = bench_main  # the entry point `specdec bench` calls (specdec_lib.cli)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .destinations import check_existing_dir
 from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
@@ -205,7 +206,9 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     It shows the run metadata (date, git revision, machine, profile, minutes per notebook), the verdict
     counts per paper, the verdicts changed since the previous run (`previous_claims`), the registry's rule
     changes (`rule_history`), the notebooks and
-    every claim, with a verdict filter (a small inline script; without it every row shows)."""
+    every claim, with a verdict filter (a small inline script; without it every row shows). ValueError naming
+    ``reports_dir`` when it is not an existing folder (it is never created here)."""
+    check_existing_dir("reports_dir", reports_dir)
     reports = Path(reports_dir)
     claim_rows, nb_rows = index_rows(reports, notebook_dir)
     changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])

@@ -13,6 +13,7 @@ logs/<notebook>.stderr.txt  anything the notebook still wrote to stderr (moved o
 .previous/claims/       the claim files replaced by the latest runs (baseline of "changed since" when the
                         reports folder is not tracked by git; otherwise git HEAD's claim files are the baseline)
 failed/<notebook>.ipynb the partial executed notebook of the last failed run (and .html), for inspection
+                        (not in the published reports/: see below)
 ```
 
 Reports are meant to read cleanly: the kernel runs with `KERNEL_ENV` (inline figures, progress bars and
@@ -21,7 +22,12 @@ model-loading bars off; see `specdec_lib.progress`), and any stderr output left 
 A run stages everything (executed notebook, HTML, claims, result data) in a temporary folder and moves it
 into place only when the notebook succeeded, so a failing notebook never overwrites the last good report;
 its rows in the index are marked ``failed`` and link to the failed output. The staging folder is removed
-however the run ends (an error, Ctrl-C).
+however the run ends (an error, Ctrl-C). A failure in a run into the published ``reports/`` changes nothing
+there: its partial notebook, its status record and an index showing it go to the profile's ``custom/`` run
+folder (`destinations.failures_dir`), and the published index is rebuilt only when a notebook was published.
+
+Progress: one line when each notebook starts and one when it ends, with its duration and verdict counts
+("02_traversal: done in 9.8 min, 9 reproduced / 0 partly / 0 not / 2 n.a."), or its error.
 
 Stopping: Ctrl-C (SIGINT) or SIGTERM to `reproduce` stops the whole run, parallel workers included: no
 further notebook starts, the running ones are interrupted (their kernels shut down, their staging folders
@@ -35,7 +41,9 @@ A run with overridden parameters (``parameters=`` / ``-p``; ``num_threads``, whi
 smoke run may write into the published folders, even when they are named explicitly, unless
 ``publish=True`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
 before anything runs: ``profile`` is not a parameter (it picks the models and the folders; pass
-``profile=``), and a name no selected notebook declares is a ValueError.
+``profile=``), and a name no selected notebook declares is a ValueError; so are the values and folders
+`destinations.check_run` refuses (``num_threads`` 0, an empty or non-finite ``temperatures``, real models
+on the smoke profile, a reports folder inside the published tree, a file or a read-only folder ...).
 
 This module runs the notebooks and publishes their output; the pieces it uses (all re-exported here):
 `report_notebooks` (which notebooks, their parameters), `report_html` (one report's HTML and claims
@@ -50,6 +58,7 @@ import datetime as _dt
 import fcntl
 import multiprocessing
 import json
+import logging
 import os
 import shutil
 import signal
@@ -60,28 +69,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from .destinations import (CUSTOM, EXECUTION_PARAMETERS, PROFILES, PUBLISHED_REPORTS_DIR, PUBLISHED_RESULTS_DIR,
+                           check_profile, check_run, check_run_parameters, check_timeout, default_reports_dir,
+                           default_results_dir, design_parameters, destinations, failures_dir, is_published)
 from .html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
 from .index import PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status, previous_claims
 from .notebooks import NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters, resolve_notebooks
-from .results import REPO_ROOT, atomic_write_text, git_revision, load_claims, machine
+from .results import atomic_write_text, git_revision, load_claims, machine
 
-PROFILES = ("smoke", "default", "full")
 PROFILE_JOBS = {"smoke": 1, "default": 2, "full": 1}
 """Notebooks run at a time when ``jobs`` is not given. The default profile runs on this project's 2-core CPU
 with one torch thread per notebook (the notebooks' ``num_threads`` default), so two notebooks at a time use
 both cores: about half the time of one after another. The timings measured inside a notebook then share
 the memory bus with the other notebook, which can slow a step's baseline by well over half. ``jobs=1`` gives them the machine alone."""
 KERNEL = "python3"
-
-EXECUTION_PARAMETERS = frozenset({"num_threads"})
-"""Parameters that change how fast a notebook runs, not what it measures (its torch threads): a run that sets
-only these publishes like a plain run of its profile (`destinations`), and its status.json records them."""
-
-
-def design_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``parameters`` without the `EXECUTION_PARAMETERS`: those that make a run custom."""
-    return {k: v for k, v in dict(parameters or {}).items() if k not in EXECUTION_PARAMETERS}
-
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=CRITICAL",)
+"""Command-line options of the notebook kernel: its own log off (the notebook's output, errors of its cells and
+a kernel that dies still reach the runner), so that neither its warning about running over TCP without
+encryption (local ports, this machine only) nor the "KeyboardInterrupt caught in kernel" of the interrupt
+jupyter_client sends at every shutdown reaches the terminal."""
 
 def threads_per_notebook(jobs: int) -> int:
     """Torch threads for each of ``jobs`` notebooks running at once: this process's CPUs shared evenly."""
@@ -121,63 +127,6 @@ class NotebookRun:
     git_revision: str = ""
     machine: str = ""
     stderr_outputs: int = 0  # stderr outputs moved out of the report into logs/<notebook>.stderr.txt
-
-
-PUBLISHED_REPORTS_DIR = REPO_ROOT / "reports"
-PUBLISHED_RESULTS_DIR = REPO_ROOT / "data" / "results"
-CUSTOM = "custom"
-
-
-def default_reports_dir(profile: str, custom: bool = False) -> Path:
-    """``reports/`` for real runs, ``reports/smoke/`` for the smoke profile; with ``custom`` (a run with
-    overridden parameters) their ``custom/`` subfolder."""
-    _check_profile(profile)
-    base = PUBLISHED_REPORTS_DIR / ("smoke" if profile == "smoke" else "")
-    return base / CUSTOM if custom else base
-
-
-def default_results_dir(profile: str, custom: bool = False) -> Path:
-    """``data/results/`` for real runs, ``data/results/smoke/`` for the smoke profile; with ``custom``
-    their ``custom/`` subfolder."""
-    _check_profile(profile)
-    base = PUBLISHED_RESULTS_DIR / ("smoke" if profile == "smoke" else "")
-    return base / CUSTOM if custom else base
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-
-
-def destinations(profile: str, parameters: Mapping[str, Any] | None = None,
-                 reports_dir: Path | str | None = None, results_dir: Path | str | None = None,
-                 publish: bool = False) -> tuple[Path, Path]:
-    """(reports folder, results folder) of a run.
-
-    Defaults: `default_reports_dir` / `default_results_dir`, in their ``custom/`` subfolder when
-    ``parameters`` override anything but `EXECUTION_PARAMETERS` (unless ``publish``). A run with such
-    parameters or on the smoke profile may not write into the published ``reports/`` or ``data/results/``
-    (ValueError naming the folder) unless ``publish=True``: a smaller or toy run never replaces the
-    published reports and data.
-    """
-    _check_profile(profile)
-    parameters = design_parameters(parameters)
-    custom = bool(parameters) and not publish
-    reports = Path(reports_dir) if reports_dir is not None else default_reports_dir(profile, custom)
-    results = Path(results_dir) if results_dir is not None else default_results_dir(profile, custom)
-    if not publish and (parameters or profile == "smoke"):
-        why = f"parameters {sorted(parameters)}" if parameters else "the smoke profile"
-        for arg, folder, published, default in (
-                ("reports_dir", reports, PUBLISHED_REPORTS_DIR, default_reports_dir(profile, True)),
-                ("results_dir", results, PUBLISHED_RESULTS_DIR, default_results_dir(profile, True))):
-            if _same_dir(folder, published):
-                raise ValueError(f"{arg}: a run with {why} would replace the published {published}; write "
-                                 f"it elsewhere (by default {default}) or pass publish=True (--publish)")
-    return reports, results
-
-
-def _check_profile(profile: str) -> None:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -245,22 +194,25 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
     """Execute one notebook with papermill and publish its report, claims and results on success.
 
     The notebook gets ``profile`` and ``parameters`` injected after its ``parameters`` cell; every
-    parameter must be declared there (`check_parameters`). Folders: `destinations` (with parameters,
-    the ``custom/`` subfolders; the published folders only with ``publish=True``). Nothing of a failed
-    or interrupted run replaces the last good report: the partial executed notebook of a failed run goes
-    to ``<reports>/failed/<name>.ipynb`` (and ``.html``), and ``status.json`` records the error; the
+    parameter must be declared there (`check_parameters`) and every argument passes `check_run` before
+    anything runs. Folders: `destinations` (with parameters, the ``custom/`` subfolders; the published
+    folders only with ``publish=True``). Nothing of a failed or interrupted run replaces the last good
+    report: the partial executed notebook of a failed run goes to ``<reports>/failed/<name>.ipynb`` (and
+    ``.html``), and ``status.json`` records the error, both in `failures_dir` (for the published
+    ``reports/``, its ``custom/`` run folder: a failure leaves the published files as they were); the
     staging folder is removed in every case (Ctrl-C included).
     """
     # lazy: notebook tooling is only needed when reports are built
     import nbformat
     import papermill as pm
 
-    _check_profile(profile)
+    check_profile(profile)
     source = Path(notebook_dir) / f"{name}.ipynb"
     if not source.exists():
         raise ValueError(f"no notebook {source}")
     check_parameters([name], parameters, notebook_dir)
-    reports, results = destinations(profile, parameters, reports_dir, results_dir, publish)
+    reports, results = check_run(profile, parameters, reports_dir, results_dir, publish, execution_timeout)
+    _quiet_papermill()
     params = {"profile": profile, **dict(parameters or {})}
     reports.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -278,7 +230,8 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
                            "SPECDEC_PROFILE": profile}):
                 _execute(pm, str(source), str(executed), parameters=params, kernel_name=KERNEL,
                          language="python", cwd=str(source.parent), progress_bar=progress_bar,
-                         log_output=log_output, execution_timeout=execution_timeout)
+                         log_output=log_output, execution_timeout=execution_timeout,
+                         extra_arguments=list(KERNEL_ARGUMENTS))
             claims_file = stage / "claims" / f"{name}.json"
             if not claims_file.exists():
                 raise RuntimeError(f"notebook {name} ran but saved no claims (results.save_claims('{name}', ...))")
@@ -294,15 +247,18 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
             error = _describe(exc)
         duration = time.perf_counter() - t0
         if error:
-            report = _keep_failed(executed, reports, name)
+            record = failures_dir(profile, reports)
+            record.mkdir(parents=True, exist_ok=True)
+            report = _keep_failed(executed, record, name)
             run = NotebookRun(name, "failed", profile, started, duration, error, report, _jsonable(params), **info)
         else:
+            record = reports
             _publish(stage, reports, results, name, stray)
             run = NotebookRun(name, "ok", profile, started, duration, "", f"{name}.html", _jsonable(params), **info,
                               stderr_outputs=len(stray))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    _record_status(reports, run)
+    _record_status(record, run)
     return run
 
 
@@ -416,7 +372,7 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     into the published ``reports/`` / ``data/results/`` unless ``publish=True``). A failing notebook is
     recorded and the next one runs.
     """
-    _check_profile(profile)
+    check_profile(profile)
     jobs = PROFILE_JOBS[profile] if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
@@ -427,10 +383,11 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
         for name in names:
             if "num_threads" not in per_notebook[name] and "num_threads" in notebook_parameters(name, notebook_dir):
                 per_notebook[name] = {**per_notebook[name], "num_threads": threads}
-    reports, results_dir = destinations(profile, parameters, reports_dir, results_dir, publish)
+    reports, results_dir = check_run(profile, parameters, reports_dir, results_dir, publish, execution_timeout)
     if jobs > 1 and len(names) > 1:
         return _reproduce_parallel(names, jobs, profile, per_notebook, reports, results_dir, notebook_dir,
                                    log_output, execution_timeout, publish)
+    before = _status_text(reports)
     runs = []
     try:
         # lazy: tqdm.auto probes for Jupyter widgets at import
@@ -443,15 +400,80 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
             for name in bar:
                 if hasattr(bar, "set_postfix_str"):
                     bar.set_postfix_str(name)
+                print(started_line(name, profile), flush=True)
                 run = run_notebook(name, profile, per_notebook[name], reports, results_dir, notebook_dir,
                                    progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout,
                                    publish=publish)
                 runs.append(run)
-                print(f"[{run.status:>6}] {name} ({run.duration_s:.1f} s)" + (f": {run.error}" if run.error else ""),
-                      flush=True)
+                print(finished_line(run, reports), flush=True)
     finally:  # an interrupted run still indexes what it published
-        build_index(reports, notebook_dir)
+        _rebuild_indexes(runs, profile, reports, notebook_dir, before)
     return runs
+
+
+def started_line(name: str, profile: str) -> str:
+    """The line printed when a notebook starts."""
+    return f"{name}: started ({profile} profile)"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def verdict_counts(claims_file: Path) -> str:
+    """A claims file's verdicts in a few words: "9 reproduced / 1 partly / 0 not / 2 n.a."."""
+    verdicts = [c["verdict"] for c in load_claims(claims_file)]
+    return (f"{verdicts.count('reproduced')} reproduced / {verdicts.count('partly')} partly / "
+            f"{verdicts.count('not reproduced')} not / {verdicts.count('not applicable offline')} n.a.")
+
+
+def finished_line(run: NotebookRun, reports: Path) -> str:
+    """The line printed when a notebook ends: its duration and verdict counts, or its error and where its
+    partial output went."""
+    if run.status == "ok":
+        claims = Path(reports) / "claims" / f"{run.notebook}.json"
+        counts = verdict_counts(claims) if claims.is_file() else "no claims file"
+        return f"{run.notebook}: done in {_minutes(run.duration_s)}, {counts}"
+    where = failures_dir(run.profile, Path(reports)) / "failed"
+    return f"{run.notebook}: failed after {_minutes(run.duration_s)}: {run.error} (partial output in {where})"
+
+
+def _status_text(reports: Path) -> str | None:
+    path = Path(reports) / "status.json"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _rebuild_indexes(runs: Iterable[NotebookRun | None], profile: str, reports: Path, notebook_dir: Path | str,
+                     status_before: str | None) -> None:
+    """Rebuild the index of ``reports``, except the published one when nothing was published into it (its
+    status.json is as it was: a failed or interrupted run leaves the published index byte for byte), and
+    the index of `failures_dir` when a failure was recorded there."""
+    if not is_published(reports) or _status_text(reports) != status_before:
+        build_index(reports, notebook_dir)
+    record = failures_dir(profile, reports)
+    if record != reports and any(r is not None and r.status != "ok" for r in runs):
+        build_index(record, notebook_dir)
+
+
+_PAPERMILL_NOISE = ("papermill.translators", "Unable to parse line")
+"""papermill's own reading of a parameters cell warns about a comment holding '='; the runner reads the cells
+itself (`notebook_parameters`), so the warning says nothing about the run."""
+
+
+class _DropPrefix(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def _quiet_papermill() -> None:
+    """Drop `_PAPERMILL_NOISE` from papermill's log (once per process)."""
+    logger = logging.getLogger(_PAPERMILL_NOISE[0])
+    if not any(isinstance(f, _DropPrefix) for f in logger.filters):
+        logger.addFilter(_DropPrefix(_PAPERMILL_NOISE[1]))
 
 
 def _raise_interrupt(signum, frame):
@@ -481,6 +503,7 @@ def _worker_run(name: str, *args) -> NotebookRun | None:
     """`run_notebook` in a worker, or None without running once the run has been stopped."""
     if _STOP is not None and _STOP.is_set():
         return None
+    print(started_line(name, args[0]), flush=True)
     return run_notebook(name, *args)
 
 
@@ -491,6 +514,7 @@ def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook:
     On Ctrl-C or SIGTERM: the stop event keeps queued notebooks from starting, the workers are sent
     SIGTERM (a KeyboardInterrupt there: the running notebooks clean up), and the interrupt propagates."""
     reports.mkdir(parents=True, exist_ok=True)
+    before = _status_text(reports)
     order = _longest_first(list(names), reports)
     runs: dict[str, NotebookRun] = {}
     context = multiprocessing.get_context("spawn")
@@ -504,21 +528,22 @@ def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook:
             for future in concurrent.futures.as_completed(futures):
                 run = future.result()
                 runs[run.notebook] = run
-                print(f"[{run.status:>6}] {run.notebook} ({run.duration_s:.1f} s)"
-                      + (f": {run.error}" if run.error else ""), flush=True)
+                print(finished_line(run, reports), flush=True)
     except BaseException:  # Ctrl-C, SIGTERM, or a broken pool: stop every worker, then let it propagate
         stop.set()  # notebooks already handed to a worker's queue return at once (`_worker_run`)
         for worker in multiprocessing.active_children():
             worker.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
-        build_index(reports, notebook_dir)
+        _rebuild_indexes(runs.values(), profile, reports, notebook_dir, before)
         raise
     pool.shutdown(wait=True)
-    build_index(reports, notebook_dir)
+    _rebuild_indexes(runs.values(), profile, reports, notebook_dir, before)
     return [runs[name] for name in names]
 
 
 __all__ = ["PROFILES", "PROFILE_JOBS", "EXECUTION_PARAMETERS", "design_parameters", "threads_per_notebook",
+           "CUSTOM", "check_run", "check_run_parameters", "check_timeout", "failures_dir", "is_published",
+           "started_line", "finished_line", "verdict_counts",
            "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "KERNEL_ENV", "NotebookRun",
            "default_reports_dir", "default_results_dir", "destinations", "list_notebooks", "resolve_notebooks",
            "notebook_parameters", "check_parameters", "NOT_A_LITERAL", "render_html", "run_notebook", "reproduce",
