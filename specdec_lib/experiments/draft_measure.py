@@ -90,7 +90,7 @@ def measure_pair(target_lm, draft_lm, temperatures: Sequence[float] = (0.2, 0.6,
     (``acceptance_vectors``, ``theory_rows`` random matched rows, exact per row up to Monte Carlo over
     ``num_samples`` = 32 draws) and the forward times."""
     from .. import theory
-    from ..training.distill.evaluate import measure_forward_times
+    from ..training.timing import measure_forward_times
 
     t0 = time.perf_counter()
     frame, rows = acceptance_frame(target_lm, draft_lm, temperatures, per_category, new_tokens, seed, progress)

@@ -165,7 +165,7 @@ def load_feature_draft(target_lm, directory: Path | str = EAGLE_DIR, subset_head
     path = directory / WEIGHTS_FILE
     if not path.is_file():
         raise ValueError(f"the feature draft is not there: {path} is missing; train it with "
-                         f"python -m specdec_lib.training.feature.train")
+                         f"python -m specdec_lib.training.feature.online --init data/models/smollm2-135m-draft")
     state = load_file(str(path))
     target = target_lm.model if hasattr(target_lm, "tokenizer") else target_lm
     student = build_student(target, num_layers_of(state))
