@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -11,7 +12,7 @@ from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
 from specdec_lib.reporting.index import SEED_CHECKS, data_seed_rows
-from specdec_lib.reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
+from specdec_lib.reporting.seed_checks import SEED_CHECKS_DIR, code_difference, record_seed_check, seed_run_differences
 
 
 def _run(folder, status="ok", parameters=None, profile="default", revision="abc123"):
@@ -107,3 +108,53 @@ def test_a_notebook_with_one_seed_parameter_names_the_file_by_it(tmp_path):
 def test_the_default_folder_is_the_one_the_published_index_reads():
     assert SEED_CHECKS_DIR == (results.REPO_ROOT / "reports" / SEED_CHECKS).resolve()
     assert SEED_CHECKS_DIR == results.REPO_ROOT / "data" / "results" / "seed_checks"
+
+
+# ----- only a run comparable with the published report is recorded ------------------------------------------
+
+def test_a_run_of_another_profile_models_or_code_is_refused_naming_each_difference(tmp_path):
+    run = _run(tmp_path / "run", parameters={"seeds": [1], "target_model": "meta-llama/Llama-2-7b-hf"},
+               profile="smoke", revision="abc123-dirty")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="not comparable") as caught:
+        record_seed_check(run, "02_t", "x", out_dir=out)
+    message = str(caught.value)
+    assert "profile 'smoke', not the published 'default'" in message
+    assert "target_model 'meta-llama/Llama-2-7b-hf', not the published None" in message
+    assert "abc123-dirty had uncommitted changes" in message
+    assert not out.exists()
+
+
+def test_a_notebook_without_a_published_run_cannot_be_checked(tmp_path, published):
+    (published / "status.json").write_text(json.dumps({}))
+    with pytest.raises(ValueError, match="no published run of 02_t"):
+        record_seed_check(_run(tmp_path / "run"), "02_t", "x", out_dir=tmp_path / "out")
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                   capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def test_revisions_that_differ_only_in_published_outputs_or_documentation_run_the_same_code(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "specdec_lib").mkdir(parents=True)
+    (repo / "specdec_lib" / "a.py").write_text("x = 1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    first = _git(repo, "commit", "-q", "-m", "code")
+    for path in ("reports/status.json", "data/results/01/x.json", "docs/RESULTS.md", "README.md"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("published\n")
+    _git(repo, "add", ".")
+    outputs = _git(repo, "commit", "-q", "-m", "outputs and docs")
+    (repo / "specdec_lib" / "a.py").write_text("x = 2\n")
+    _git(repo, "add", ".")
+    code = _git(repo, "commit", "-q", "-m", "code changed")
+    assert code_difference(first, first, repo) == "" and code_difference(outputs, first, repo) == ""
+    assert "specdec_lib/a.py" in code_difference(code, first, repo)
+    assert "not recorded" in code_difference("unknown", first, repo)
+    assert "could not compare" in code_difference("0" * 40, first, repo)
+    assert seed_run_differences({"profile": "default", "git_revision": outputs, "parameters": {"seeds": [1]}},
+                                {"profile": "default", "git_revision": first, "parameters": {}}, repo) == []
