@@ -11,6 +11,7 @@ Examples::
     python -m specdec_lib seed-check -n 02_traversal --run-dir reports/custom --purpose "..."
                                                           # a run under -p seeds '[1]' -> data/results/seed_checks/
     python -m specdec_lib bench --help                    # timing benchmark (specdec_lib.experiments.benchmark)
+                                                          # -> runs/bench/ (data/results/ with --publish)
 
 ``-p NAME VALUE`` overrides a name of the notebooks' ``parameters`` cell; an unknown name, ``profile``
 (use ``--profile``) or a malformed value is an error before anything runs. Values of text parameters
@@ -18,6 +19,14 @@ Examples::
 literal (``3``, ``0.5``, ``[0.6, 1.0]``, ``None``, ``true``) of the default's type. A run with ``-p``
 writes to ``reports/custom/`` and ``data/results/custom/`` and never replaces the published
 ``reports/`` and ``data/results/`` (nor does a smoke run) unless ``--publish`` is given.
+
+Every argument is checked before anything runs (`reporting.destinations.check_run`): parameter values
+(``num_threads`` >= 1, finite temperatures, non-empty lists, a known dtype, no real models on the smoke
+profile), ``--timeout`` >= 1 and the folders (none inside ``reports/`` or ``data/results/`` but those
+folders and their run folders, no file, no read-only folder). A bad argument is a one-line ``error:`` and
+exit status 2. A notebook that fails leaves the published files as they were (its partial output goes to
+the ``custom/`` run folder) and makes the exit status 1. ``seed-check`` records only a run of the published
+profile, models and code; ``index`` never creates its folder.
 """
 
 from __future__ import annotations
@@ -145,12 +154,13 @@ def _parser() -> argparse.ArgumentParser:
                           "and data/results/ (replacing the reports made with the notebooks' own settings)")
     rep.add_argument("--reports-dir", type=Path, default=None,
                      help="where reports go (default: reports/, reports/smoke/ for the smoke profile, "
-                          "their custom/ subfolder for a run with -p)")
+                          "their custom/ subfolder for a run with -p); no other folder inside reports/ or "
+                          "data/results/")
     rep.add_argument("--results-dir", type=Path, default=None,
                      help="where result data go (default: data/results/, data/results/smoke/ for smoke, "
                           "their custom/ subfolder for a run with -p)")
     rep.add_argument("--notebook-dir", type=Path, default=reports.NOTEBOOK_DIR, help="folder of the notebooks")
-    rep.add_argument("--timeout", type=int, default=None, help="per-cell execution timeout in seconds")
+    rep.add_argument("--timeout", type=int, default=None, help="per-cell execution timeout in seconds (>= 1)")
     rep.add_argument("--log-output", action="store_true", help="stream the notebooks' output to the terminal")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
     rep.add_argument("--jobs", "-j", type=int, default=None,
@@ -160,11 +170,13 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--list", action="store_true", help="list the notebooks and exit")
 
     idx = sub.add_parser("index", help="rebuild index.html from the claim files of a reports folder")
-    idx.add_argument("--reports-dir", type=Path, default=None)
+    idx.add_argument("--reports-dir", type=Path, default=None, help="an existing reports folder (default: the "
+                     "profile's, reports/ or reports/smoke/)")
     idx.add_argument("--profile", default="default", choices=reports.PROFILES)
 
     chk = sub.add_parser("seed-check", help="record a finished run under another data seed (-p seeds) in "
-                         "data/results/seed_checks/, where the index sets it beside the published verdicts")
+                         "data/results/seed_checks/, where the index sets it beside the published verdicts; "
+                         "only a run of the published profile, models and code")
     chk.add_argument("--notebook", "-n", required=True, metavar="NAME")
     chk.add_argument("--run-dir", type=Path, required=True, help="the run's reports folder (e.g. reports/custom)")
     chk.add_argument("--purpose", required=True, help="what the run keeps of the notebook's design")

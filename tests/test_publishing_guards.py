@@ -139,14 +139,14 @@ def test_num_threads_below_one_is_refused_before_any_notebook_runs(published, pa
 @pytest.mark.parametrize("option, folder, message", [
     ("--reports-dir", "reports/claims", "lies inside the published"),
     ("--results-dir", "reports", "lies inside the published"),
-    ("--reports-dir", "data/results/01_good", "lies inside the published"),
+    ("--reports-dir", "data/results/seed_checks", "lies inside the published"),
     ("--reports-dir", "a_file", "is a file, not a folder"),
     ("--results-dir", "a_file", "results_dir: .* is a file, not a folder"),
     ("--results-dir", "a_file/below", "cannot be created"),
 ])
 def test_bad_folders_are_refused_before_the_notebook_runs(published, papermill, capsys, option, folder, message):
     for path in ("reports/index.html", "reports/status.json", "reports/claims/01_good.json",
-                 "data/results/01_good/numbers.json"):
+                 "data/results/seed_checks/01_asps_seed1.json"):
         (published / path).parent.mkdir(parents=True, exist_ok=True)
         (published / path).write_text("published")
     before = digest(published)
@@ -230,7 +230,7 @@ def test_the_api_refuses_the_same_values_by_name(published):
 # ----- seed-check: only a run of the published profile, models and code -------------------------------------
 
 def test_seed_check_of_a_smoke_run_is_refused_and_changes_no_published_file(tmp_path, capsys):
-    """A smoke run under -p seeds '[1]' used to overwrite data/results/seed_checks/01_asps_seed1.json."""
+    """A toy run's claims must never replace data/results/seed_checks/01_asps_seed1.json."""
     run = tmp_path / "smoke_run"
     results.save_claims("01_asps", [results.claim("asps", "toy claim", 1, 1, True)], directory=run / "claims")
     (run / "status.json").write_text(json.dumps({"01_asps": {

@@ -140,20 +140,20 @@ def _git(repo, *args):
 def test_revisions_that_differ_only_in_published_outputs_or_documentation_run_the_same_code(tmp_path):
     repo = tmp_path / "repo"
     (repo / "specdec_lib").mkdir(parents=True)
-    (repo / "specdec_lib" / "a.py").write_text("x = 1\n")
+    (repo / "specdec_lib" / "cli.py").write_text("x = 1\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     first = _git(repo, "commit", "-q", "-m", "code")
-    for path in ("reports/status.json", "data/results/01/x.json", "docs/RESULTS.md", "README.md"):
+    for path in ("reports/status.json", "data/results/seed_checks/01_asps_seed1.json", "docs/RESULTS.md", "README.md"):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("published\n")
     _git(repo, "add", ".")
     outputs = _git(repo, "commit", "-q", "-m", "outputs and docs")
-    (repo / "specdec_lib" / "a.py").write_text("x = 2\n")
+    (repo / "specdec_lib" / "cli.py").write_text("x = 2\n")
     _git(repo, "add", ".")
     code = _git(repo, "commit", "-q", "-m", "code changed")
     assert code_difference(first, first, repo) == "" and code_difference(outputs, first, repo) == ""
-    assert "specdec_lib/a.py" in code_difference(code, first, repo)
+    assert "specdec_lib/cli.py" in code_difference(code, first, repo)
     assert "not recorded" in code_difference("unknown", first, repo)
     assert "could not compare" in code_difference("0" * 40, first, repo)
     assert seed_run_differences({"profile": "default", "git_revision": outputs, "parameters": {"seeds": [1]}},
