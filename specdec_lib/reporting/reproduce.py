@@ -435,7 +435,8 @@ def finished_line(run: NotebookRun, reports: Path) -> str:
         counts = verdict_counts(claims) if claims.is_file() else "no claims file"
         return f"{run.notebook}: done in {_minutes(run.duration_s)}, {counts}"
     where = failures_dir(run.profile, Path(reports)) / "failed"
-    return f"{run.notebook}: failed after {_minutes(run.duration_s)}: {run.error} (partial output in {where})"
+    error = (run.error.splitlines() or [""])[0][:300]  # the whole error is in status.json and the index
+    return f"{run.notebook}: failed after {_minutes(run.duration_s)}: {error} (partial output in {where})"
 
 
 def _status_text(reports: Path) -> str | None:
