@@ -3,7 +3,8 @@
 After an edit of the registry's text fields (a quote, a source, a size note, a label), the published claim
 files and the tables at the top of the reports are brought up to date without rerunning a notebook: values,
 verdicts and provenance stay those of the run. A claim the registry no longer matches is an error (rerun
-that notebook instead). The index is rebuilt at the end.
+that notebook instead). Wall-clock claims timed while another notebook ran are labelled
+(`reporting.contention`). The index is rebuilt at the end.
 
     python scripts/refresh_claims.py [--reports-dir reports]
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specdec_lib.reporting.contention import label_wall_clock
 from specdec_lib.reporting.html import refresh_claims_summary
 from specdec_lib.reporting.index import build_index, load_status
 from specdec_lib.verdicts.registry import annotate_claims_file
@@ -31,7 +33,10 @@ def refresh(reports_dir: Path) -> list[str]:
         if not report.exists():
             continue
         annotate_claims_file(claims_file)
-        claims = json.loads(claims_file.read_text(encoding="utf-8"))["claims"]
+        payload = json.loads(claims_file.read_text(encoding="utf-8"))
+        payload["claims"] = label_wall_clock(payload["claims"], name, status)
+        claims_file.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        claims = payload["claims"]
         refresh_claims_summary(report, name, claims, status.get(name))
         done.append(name)
     build_index(reports_dir)

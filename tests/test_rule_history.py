@@ -91,3 +91,25 @@ def test_refresh_claims_summary_rewrites_only_the_claims_block(tmp_path):
     bare.write_text("<html></html>", encoding="utf-8")
     with pytest.raises(ValueError, match="no claims block"):
         refresh_claims_summary(bare, "01", claims)
+
+
+def test_wall_clock_claims_timed_beside_another_notebook_are_labelled():
+    from specdec_lib.reporting.contention import contention_note, label_wall_clock, overlapping_runs
+
+    status = {"a": {"status": "ok", "started": "2026-12-02T10:00:00+00:00", "duration_s": 600},
+              "b": {"status": "ok", "started": "2026-12-02T10:05:00+00:00", "duration_s": 600},
+              "c": {"status": "ok", "started": "2026-12-02T11:00:00+00:00", "duration_s": 60},
+              "d": {"status": "failed", "started": "2026-12-02T10:00:00+00:00", "duration_s": 5}}
+    assert overlapping_runs(status) == {"a": ["b"], "b": ["a"], "c": []}
+    claims = [{"claim": "x", "wall_clock": True}, {"claim": "y"}]
+    labelled = label_wall_clock(claims, "a", status)
+    assert labelled[0]["timed_beside"] == ["b"] and "timed_beside" not in labelled[1]
+    assert "b ran on the same CPU" in contention_note(labelled[0])
+    assert contention_note(label_wall_clock(claims, "c", status)[0]) == ""
+    assert "ran on the same CPU" in claims_summary_html("a", [{**labelled[0], "paper": "p", "paper_value": "-",
+                                                               "ours": "1.1x", "verdict": "partly"}])
+
+
+def test_the_registry_marks_the_wall_clock_claims():
+    marked = {e.id for e in registry.load_registry() if e.wall_clock}
+    assert {"01.ptt", "02.throughput_below_acceptance", "04.wallclock_gain", "06.tokens_per_second"} <= marked

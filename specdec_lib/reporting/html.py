@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from .contention import contention_note
 from .results import VERDICTS, atomic_write_text
 
 
@@ -121,6 +122,8 @@ def claims_summary_html(name: str, claims: list[Mapping[str, Any]], run: Mapping
     for c in claims:
         ours, ci = (c["ours"], c["ci"]) if c.get("ci") else split_ci(c["ours"])
         notes = f"<br><small style='color:#555'>{_cell(c['notes'])}</small>" if c.get("notes") else ""
+        if contention_note(c):
+            notes += f"<br><small style='color:#a05a00'>{_cell(contention_note(c))}</small>"
         rows.append(f"<tr data-verdict='{html.escape(c['verdict'])}'>"
                     + (f"<td>{_cell(c['paper'])}</td>" if len(papers) > 1 else "")
                     + f"<td>{_cell(c['claim'])}{notes}</td><td>{paper_value_cell(c)}</td><td>{_cell(ours)}</td>"

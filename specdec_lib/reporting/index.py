@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .destinations import check_existing_dir
+from .contention import contention_note, overlapping_runs
 from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
@@ -211,6 +212,8 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     check_existing_dir("reports_dir", reports_dir)
     reports = Path(reports_dir)
     claim_rows, nb_rows = index_rows(reports, notebook_dir)
+    beside = overlapping_runs(load_status(reports))
+    claim_rows = [{**r, "timed_beside": beside.get(r["notebook"], [])} if r.get("wall_clock") else r for r in claim_rows]
     changes, baselines = index_changes(reports, [r["notebook"] for r in nb_rows])
     changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
@@ -419,6 +422,8 @@ def _claims_section(claim_rows: list[dict[str, Any]], counts: Mapping[str, int],
     for r in claim_rows:
         changed = (r["notebook"], r["paper"], r["claim"]) in changed_keys
         notes = f"<div class='notes'>{_cell(r.get('notes'))}</div>" if r.get("notes") else ""
+        if contention_note(r):
+            notes += f"<div class='notes'><b>{_cell(contention_note(r))}</b></div>"
         ours, ci = (r["ours"], r["ci"]) if r.get("ci") else split_ci(r["ours"])
         out.append(f"<tr data-verdict='{html.escape(r['verdict'])}' data-changed='{int(changed)}'>"
                    f"<td>{_cell(r['notebook'], r['report'])}</td><td>{_cell(r['paper'])}</td>"

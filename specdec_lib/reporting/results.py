@@ -60,7 +60,9 @@ class Claim:
     `save_claims`): the entry's ``id``, ``owner`` ("paper" or "workbook"), ``source`` and ``quote`` in the paper,
     the ``rule`` kind and its ``parameters``, the ``null_test`` that shows the rule fails without the effect,
     where the paper value comes from (``paper_value_source``), ``can_fail`` and, for gain claims with a paper
-    number, ``size_ratio`` (ours / paper [low, high]), ``size`` and, outside a factor of 2, ``size_note`` (why).
+    number, ``size_ratio`` (ours / paper [low, high]), ``size`` and, outside a factor of 2, ``size_note`` (why);
+    ``wall_clock`` for a claim decided on wall-clock times, and ``timed_beside`` the notebooks that shared the CPU
+    while it was timed (`contention`).
     Empty for a claim outside the registry."""
 
     paper: str
@@ -81,6 +83,8 @@ class Claim:
     size_ratio: list | None = None
     size: str = ""
     size_note: str = ""
+    wall_clock: bool = False
+    timed_beside: list | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -102,7 +106,8 @@ def _record(claim_record: Claim) -> dict[str, Any]:
     record = asdict(claim_record)
     if not claim_record.id:
         return {k: record[k] for k in CLAIM_FIELDS}
-    return {k: v for k, v in record.items() if not (k in ("size_ratio", "size", "size_note") and v in ("", None))}
+    return {k: v for k, v in record.items()
+            if not (k in ("size_ratio", "size", "size_note", "wall_clock", "timed_beside") and v in ("", None, False))}
 
 
 def _text(value: Any) -> str:

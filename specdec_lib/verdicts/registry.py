@@ -29,7 +29,7 @@ CHECKS = ("gain", "every_gain", "every_model_gap", "allof_model_gap", "allof_spe
 """How each rule is applied (the synthetic data of tests/test_claim_rules_fail.py is built per check)."""
 NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}]"
 RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
-                 "can_fail", "size_ratio", "size", "size_note")
+                 "can_fail", "size_ratio", "size", "size_note", "wall_clock")
 """The registry fields a claim record carries (`annotate`)."""
 _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 
@@ -39,7 +39,8 @@ class Entry:
     """One registered claim (module docstring). ``check`` names how the rule is applied (`CHECKS`),
     ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id;
     ``retired`` says why a claim the notebook no longer writes is still listed (a committed report holds it);
-    ``size_note`` says why our gain is more than a factor of 2 from the paper's (pair, draft kind, setting)."""
+    ``size_note`` says why our gain is more than a factor of 2 from the paper's (pair, draft kind, setting);
+    ``wall_clock`` marks a claim decided on wall-clock times (labelled when timed beside another notebook)."""
 
     id: str
     notebook: str
@@ -58,6 +59,7 @@ class Entry:
     paper_value_source: str = "paper"
     paper_number: float | None = None
     size_note: str = ""
+    wall_clock: bool = False
     rule_revision: str = ""
     history: tuple[Mapping[str, str], ...] = ()
     can_fail: bool = True
@@ -192,6 +194,8 @@ def record_fields(entry: Entry, record: Mapping[str, Any]) -> dict[str, Any]:
     out = {"id": entry.id, "owner": entry.owner, "source": entry.source, "quote": entry.quote, "rule": entry.rule,
            "parameters": dict(entry.parameters), "null_test": entry.null_test,
            "paper_value_source": entry.paper_value_source, "can_fail": entry.can_fail}
+    if entry.wall_clock:
+        out["wall_clock"] = True
     if entry.paper_number is not None:
         size = size_of(str(record.get("ours", "")), entry.paper_number)
         if size is not None:

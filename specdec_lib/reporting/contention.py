@@ -1,0 +1,46 @@
+"""Which wall-clock claims were timed while another notebook shared the CPU.
+
+`make reproduce` runs two notebooks at a time on a 2-core CPU, and a notebook timed beside another one shares
+the memory bus with it. The run records (status.json: each notebook's start and duration) say which runs
+overlapped; a claim the registry marks ``wall_clock`` carries ``timed_beside`` (the notebooks that ran at the
+same time, `timed_beside`) so that the reports and the index label it. A run made alone (``jobs=1``) has none.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Iterable, Mapping
+
+
+def _span(record: Mapping[str, Any]) -> tuple[float, float] | None:
+    if record.get("status") != "ok" or not record.get("started") or not isinstance(record.get("duration_s"), (int, float)):
+        return None
+    start = _dt.datetime.fromisoformat(str(record["started"])).timestamp()
+    return start, start + float(record["duration_s"])
+
+
+def overlapping_runs(status: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Notebook -> the other notebooks whose recorded runs overlapped its own in time (sorted)."""
+    spans = {name: s for name, rec in status.items() if (s := _span(rec)) is not None}
+    return {name: sorted(o for o, (b0, b1) in spans.items() if o != name and b0 < a1 and a0 < b1)
+            for name, (a0, a1) in spans.items()}
+
+
+def label_wall_clock(claims: Iterable[Mapping[str, Any]], notebook: str,
+                     status: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``claims`` with ``timed_beside`` set on each wall-clock claim (registry ``wall_clock``) from the run
+    records; the other claims unchanged."""
+    beside = overlapping_runs(status).get(notebook, [])
+    return [{**c, "timed_beside": beside} if c.get("wall_clock") else dict(c) for c in claims]
+
+
+def contention_note(claim: Mapping[str, Any]) -> str:
+    """The label of a wall-clock claim: '' when timed alone (or not a wall-clock claim)."""
+    beside = claim.get("timed_beside") or []
+    if not beside:
+        return ""
+    return ("timed while " + ", ".join(beside) + " ran on the same CPU (two notebooks at a time): the absolute "
+            "times are slower than alone; the arms were interleaved per prompt, so both shared the same load")
+
+
+__all__ = ["overlapping_runs", "label_wall_clock", "contention_note"]
