@@ -39,8 +39,8 @@ def contention_note(claim: Mapping[str, Any]) -> str:
     beside = claim.get("timed_beside") or []
     if not beside:
         return ""
-    return ("timed while " + ", ".join(beside) + " ran on the same CPU (two notebooks at a time): the absolute "
-            "times are slower than alone; the arms were interleaved per prompt, so both shared the same load")
+    return ("timed while " + ", ".join(beside) + " ran on the same CPU (two notebooks at a time): the times "
+            "are not those of the machine alone")
 
 
 __all__ = ["overlapping_runs", "label_wall_clock", "contention_note"]

@@ -31,6 +31,8 @@ NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}
 RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
                  "can_fail", "size_ratio", "size", "size_note", "wall_clock")
 """The registry fields a claim record carries (`annotate`)."""
+PENDING_KEEP = ("rule", "parameters", "can_fail", "null_test", "wall_clock")
+"""The fields a record decided under a since-replaced rule keeps from its run (`Entry.rule_pending`)."""
 _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 
 
@@ -66,6 +68,12 @@ class Entry:
     defect: str = ""
     proposed_rule: Mapping[str, Any] = field(default_factory=dict)
     retired: str = ""
+
+    @property
+    def rule_pending(self) -> bool:
+        """Whether the latest rule change has not been run yet: the published record was decided under the
+        old rule and keeps that rule's fields (`annotate`)."""
+        return bool(self.history) and str(self.history[-1]["verdict_new"]).startswith("not yet run")
 
     @property
     def null_test(self) -> str:
@@ -219,7 +227,10 @@ def annotate(records: Iterable[Mapping[str, Any]], notebook: str, strict: bool =
                 raise
             out.append(dict(r))
             continue
-        out.append({**r, **record_fields(entry, r)})
+        fields = record_fields(entry, r)
+        if entry.rule_pending:   # decided under the old rule: its rule fields stay the record's own
+            fields = {k: v for k, v in fields.items() if k not in PENDING_KEEP or k not in r}
+        out.append({**r, **fields})
     return out
 
 
