@@ -18,7 +18,8 @@ from pathlib import Path
 from specdec_lib.reporting.contention import label_wall_clock
 from specdec_lib.reporting.html import refresh_claims_summary
 from specdec_lib.reporting.index import build_index, load_status
-from specdec_lib.verdicts.registry import annotate_claims_file
+from specdec_lib.reporting.results import atomic_write_text
+from specdec_lib.verdicts.registry import annotate
 
 
 def refresh(reports_dir: Path) -> list[str]:
@@ -32,11 +33,11 @@ def refresh(reports_dir: Path) -> list[str]:
         report = reports_dir / f"{name}.html"
         if not report.exists():
             continue
-        annotate_claims_file(claims_file)
-        payload = json.loads(claims_file.read_text(encoding="utf-8"))
-        payload["claims"] = label_wall_clock(payload["claims"], name, status)
-        claims_file.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-        claims = payload["claims"]
+        text = claims_file.read_text(encoding="utf-8")
+        payload = json.loads(text)
+        claims = label_wall_clock(annotate(payload["claims"], name), name, status)
+        ending = "\n" if text.endswith("\n") else ""   # the file's own ending, as the runner wrote it
+        atomic_write_text(claims_file, json.dumps({**payload, "claims": claims}, indent=1) + ending)
         refresh_claims_summary(report, name, claims, status.get(name))
         done.append(name)
     build_index(reports_dir)

@@ -12,16 +12,17 @@ import datetime as _dt
 from typing import Any, Iterable, Mapping
 
 
-def _span(record: Mapping[str, Any]) -> tuple[float, float] | None:
-    if record.get("status") != "ok" or not record.get("started") or not isinstance(record.get("duration_s"), (int, float)):
+def run_span(record: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A run record's (start, end) in seconds since the epoch; None without a start or a duration."""
+    if not record.get("started") or not isinstance(record.get("duration_s"), (int, float)):
         return None
     start = _dt.datetime.fromisoformat(str(record["started"])).timestamp()
     return start, start + float(record["duration_s"])
 
 
 def overlapping_runs(status: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Notebook -> the other notebooks whose recorded runs overlapped its own in time (sorted)."""
-    spans = {name: s for name, rec in status.items() if (s := _span(rec)) is not None}
+    """Notebook -> the other notebooks whose successful recorded runs overlapped its own in time (sorted)."""
+    spans = {name: s for name, rec in status.items() if rec.get("status") == "ok" and (s := run_span(rec)) is not None}
     return {name: sorted(o for o, (b0, b1) in spans.items() if o != name and b0 < a1 and a0 < b1)
             for name, (a0, a1) in spans.items()}
 
@@ -43,4 +44,4 @@ def contention_note(claim: Mapping[str, Any]) -> str:
             "are not those of the machine alone")
 
 
-__all__ = ["overlapping_runs", "label_wall_clock", "contention_note"]
+__all__ = ["run_span", "overlapping_runs", "label_wall_clock", "contention_note"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .destinations import check_existing_dir
-from .contention import contention_note, overlapping_runs
+from .contention import contention_note, overlapping_runs, run_span
 from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
@@ -230,12 +230,7 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
 def wall_minutes(nb_rows: Iterable[Mapping[str, Any]]) -> float | None:
     """Minutes from the first notebook's start to the last one's end (notebooks run side by side overlap,
     so this is the run's wall clock, less than the sum of their durations); None without timed rows."""
-    spans = []
-    for r in nb_rows:
-        if r.get("status") == "not run" or not r.get("started") or not isinstance(r.get("duration_s"), (int, float)):
-            continue
-        start = _dt.datetime.fromisoformat(str(r["started"])).timestamp()
-        spans.append((start, start + float(r["duration_s"])))
+    spans = [s for r in nb_rows if r.get("status") != "not run" and (s := run_span(r)) is not None]
     if not spans:
         return None
     return (max(end for _, end in spans) - min(start for start, _ in spans)) / 60

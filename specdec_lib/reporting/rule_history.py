@@ -4,14 +4,10 @@ and the verdict the published claim holds now; then any rule still marked as una
 
 from __future__ import annotations
 
-import html
 from typing import Any, Iterable, Mapping
 
 from ..verdicts.registry import Entry
-
-
-def _cell(text: Any) -> str:
-    return html.escape("" if text is None else str(text))
+from .html import _cell
 
 
 def rule_change_rows(entries: Iterable[Entry], claim_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
