@@ -7,6 +7,7 @@ Notebooks run through a stand-in for papermill (no kernel), so the whole module 
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -122,6 +123,44 @@ def test_a_run_with_one_failure_publishes_the_other_notebook_only(published, pap
     assert status["01_good"] == status_before["01_good"] and status["02_other"] != status_before["02_other"]
     assert (published / "reports" / "01_good.html").read_bytes() == good_report
     assert not (published / "reports" / "failed").exists()
+
+
+class InlinePool:
+    """concurrent.futures.ProcessPoolExecutor run in this process (so the stand-in papermill is seen): each
+    submitted call runs at once and its future holds its result or its exception."""
+
+    def __init__(self, max_workers, mp_context=None, initializer=None, initargs=()):
+        self.max_workers = max_workers
+
+    def submit(self, fn, *args):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:  # noqa: BLE001 - the future carries it, as a worker's would
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+@pytest.mark.parametrize("failing", [{"01_good"}, {"01_good", "02_other"}])
+def test_a_parallel_run_with_failures_publishes_only_the_notebooks_that_succeeded(published, papermill, monkeypatch,
+                                                                                  failing):
+    before = _publish_once(published, papermill)
+    status_before = reports.load_status(published / "reports")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", InlinePool)
+    papermill.failing.update(failing)
+    runs = reports.reproduce(None, "default", None, notebook_dir=_nbdir(published), progress=False, jobs=2)
+    assert [r.status for r in runs] == ["failed" if n in failing else "ok" for n in ("01_good", "02_other")]
+    status = reports.load_status(published / "reports")
+    assert status["01_good"] == status_before["01_good"]
+    assert not (published / "reports" / "failed").exists()
+    if failing == {"01_good", "02_other"}:   # nothing succeeded: the published tree is byte for byte as it was
+        assert {k: v for k, v in digest(published).items() if "/custom/" not in k} == before
+    else:
+        assert status["02_other"] != status_before["02_other"]
+        assert all(before[k] == v for k, v in digest(published).items() if "01_good" in k and "/custom/" not in k)
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])

@@ -94,13 +94,20 @@ def test_refresh_claims_summary_rewrites_only_the_claims_block(tmp_path):
 
 
 def test_wall_clock_claims_timed_beside_another_notebook_are_labelled():
-    from specdec_lib.reporting.contention import contention_note, label_wall_clock, overlapping_runs
+    from specdec_lib.reporting.contention import contention_note, label_wall_clock, overlapping_runs, record_overlaps
 
     status = {"a": {"status": "ok", "started": "2026-12-02T10:00:00+00:00", "duration_s": 600},
               "b": {"status": "ok", "started": "2026-12-02T10:05:00+00:00", "duration_s": 600},
               "c": {"status": "ok", "started": "2026-12-02T11:00:00+00:00", "duration_s": 60},
-              "d": {"status": "failed", "started": "2026-12-02T10:00:00+00:00", "duration_s": 5}}
-    assert overlapping_runs(status) == {"a": ["b"], "b": ["a"], "c": []}
+              "d": {"status": "failed", "started": "2026-12-02T10:00:00+00:00", "duration_s": 5},
+              "e": {"status": "ok", "started": "2026-12-02T11:01:00+00:00", "duration_s": 60}}
+    # c's end falls 0.4 s after e's start (written to the second): back to back, not beside each other
+    status["c"]["duration_s"] = 60.4
+    assert overlapping_runs(status) == {"a": ["b"], "b": ["a"], "c": [], "e": []}
+    # a's record keeps b after b is rerun later, alone: the run of a did share the CPU with b
+    kept = record_overlaps(status)
+    kept["b"] = {"status": "ok", "started": "2026-12-02T12:00:00+00:00", "duration_s": 60}
+    assert overlapping_runs(record_overlaps(kept)) == {"a": ["b"], "b": [], "c": [], "e": []}
     claims = [{"claim": "x", "wall_clock": True}, {"claim": "y"}]
     labelled = label_wall_clock(claims, "a", status)
     assert labelled[0]["timed_beside"] == ["b"] and "timed_beside" not in labelled[1]

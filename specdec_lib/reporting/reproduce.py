@@ -72,6 +72,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from .destinations import (CUSTOM, EXECUTION_PARAMETERS, PROFILES, PUBLISHED_REPORTS_DIR, PUBLISHED_RESULTS_DIR,
                            check_profile, check_run, check_run_parameters, check_timeout, default_reports_dir,
                            default_results_dir, design_parameters, destinations, failures_dir, is_published)
+from .contention import record_overlaps
 from .html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
 from .index import PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status, previous_claims
 from .notebooks import NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters, resolve_notebooks
@@ -321,7 +322,7 @@ def _record_status(reports: Path, run: NotebookRun) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         status = load_status(reports)
         status[run.notebook] = asdict(run)
-        atomic_write_text(path, json.dumps(status, indent=1, sort_keys=True))
+        atomic_write_text(path, json.dumps(record_overlaps(status), indent=1, sort_keys=True))
     finally:
         os.close(fd)
 
