@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ..tree import index_tuples, restrict_depth, restrict_to_shape, truncate_chain
 from .collection import NoRowsError, TreeRecord, collect_trees, matched_rows, replicate_shape, split_copies
-from .exact_toys import hsd_exact_table
+from .exact_toys import block_token_gap_table, hsd_exact_table
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
 from .shared_contexts import model_gap_frame, paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
@@ -43,7 +43,7 @@ from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, sum
 from .timing import TIMING_COLUMNS, interleaved_timing, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
-__all__ = ["hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
+__all__ = ["block_token_gap_table", "hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "NoRowsError", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "TIMING_COLUMNS",

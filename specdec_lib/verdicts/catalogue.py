@@ -74,6 +74,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("04_block", "Gain grows with γ", "checked_claim(TrendCheck over γ)", "trend"),
     ("04_block", "BE grows with γ (token verification)", "checked_claim(TrendCheck over γ, level)", "trend"),
     ("04_block", "Gain grows with temperature", "checked_claim(TrendCheck over temperature)", "trend"),
+    ("04_block", "At T = 0 (greedy) block verification keeps the tokens token verification keeps",
+     "decide_exact(max |block - token| tokens per step at T = 0)", "exact"),
     ("04_block", "Gain {in every / not negative in any} prompt category", "checked_claim(EveryCheck of superiority cells)", "every"),
     ("04_block", "Wall-clock gain of block over token", "checked_claim(SpeedupCheck block vs token, end to end)",
      "superiority"),
