@@ -50,6 +50,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "checked_claim(IdentityCheck traversal_rb vs token on p_accept_first)", "exact"),
     ("02_traversal", "On chains Tra.V equals Block Verification", "checked_claim(IdentityCheck)", "exact"),
     ("02_traversal", "Gain grows with temperature", "checked_claim(TrendCheck over temperature)", "trend"),
+    ("02_traversal", "Tok.V acceptance length falls with temperature", "checked_claim(TrendCheck level over temperature)",
+     "trend"),
     ("02_traversal", "Throughput gain < acceptance gain",
      "checked_claim(SpeedupCheck traversal vs token on verify_s / steps, end to end)", "superiority"),
     ("03_erss", "k = 1: GSS accepts the first draft at least as often as ERSS", "r_GSS(1) >= r_ERSS(1) - 1e-9",
