@@ -130,8 +130,12 @@ def test_trend_every_and_identity_checks():
     assert t.power == "" and V.TrendCheck("t", "x", "new", "old", paper_effect=1.0).evaluate(up).power == "decided"
     weak = V.TrendCheck("t", "x", "new", "old", paper_effect=1e-4, effect_source="0th-order theory").evaluate(up)
     assert weak.power.startswith("underpowered (minimum detectable") and "> 0th-order theory 0.0001" in weak.power
-    level = V.TrendCheck("t", "x", "new", "old", gain_of="level").evaluate(up)
+    level_check = V.TrendCheck("t", "x", "new", "old", gain_of="level")
+    level = level_check.evaluate(up)
     assert level.verdict in ("reproduced", "partly")
+    # a level's contrast is recorded in the value's own units, not as a percentage
+    ours = V.checked_claim(level_check, up, "p", "-").ours
+    assert "%" not in ours and ours.endswith("(expected_tokens, x last minus first)") and f"{level.estimate:+.2f}" in ours
     every = V.EveryCheck("e", ["x"], V.GainCheck("cell", "new", "old")).evaluate(up)
     assert every.verdict == "reproduced" and every.detail.startswith("3/3")
     same = up.copy()
