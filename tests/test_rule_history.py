@@ -98,11 +98,10 @@ def test_wall_clock_claims_timed_beside_another_notebook_are_labelled():
 
     status = {"a": {"status": "ok", "started": "2026-12-02T10:00:00+00:00", "duration_s": 600},
               "b": {"status": "ok", "started": "2026-12-02T10:05:00+00:00", "duration_s": 600},
-              "c": {"status": "ok", "started": "2026-12-02T11:00:00+00:00", "duration_s": 60},
+              "c": {"status": "ok", "started": "2026-12-02T11:00:00+00:00", "duration_s": 60.4},
               "d": {"status": "failed", "started": "2026-12-02T10:00:00+00:00", "duration_s": 5},
               "e": {"status": "ok", "started": "2026-12-02T11:01:00+00:00", "duration_s": 60}}
     # c's end falls 0.4 s after e's start (written to the second): back to back, not beside each other
-    status["c"]["duration_s"] = 60.4
     assert overlapping_runs(status) == {"a": ["b"], "b": ["a"], "c": [], "e": []}
     # a's record keeps b after b is rerun later, alone: the run of a did share the CPU with b
     kept = record_overlaps(status)

@@ -134,6 +134,7 @@ def test_trend_every_and_identity_checks():
     level = level_check.evaluate(up)
     assert level.verdict in ("reproduced", "partly")
     # a level's contrast is recorded in the value's own units, not as a percentage
+    assert level.unit == "(expected_tokens, x last minus first)" and "%" not in level.text()
     ours = V.checked_claim(level_check, up, "p", "-").ours
     assert "%" not in ours and ours.endswith("(expected_tokens, x last minus first)") and f"{level.estimate:+.2f}" in ours
     every = V.EveryCheck("e", ["x"], V.GainCheck("cell", "new", "old")).evaluate(up)

@@ -482,7 +482,8 @@ class TrendCheck:
                          self.effect_source)
         steps = ", ".join(f"{x}: {100 * p:+.2f}%" for x, p in zip(xs, points)) if self.gain_of != "level" else \
             ", ".join(f"{x}: {p:.3f}" for x, p in zip(xs, points))
-        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "trend", f"{d.detail}; {steps}", d.power)
+        unit = "%" if self.gain_of != "level" else f"({self.value}, {self.x} last minus first)"
+        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, "trend", f"{d.detail}; {steps}", d.power, unit)
 
 
 def convergence_start(expected_gain: Mapping[Any, float], xs, smallest) -> Any:

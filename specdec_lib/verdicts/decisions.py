@@ -19,8 +19,10 @@ REPRODUCED, PARTLY_V, NOT_REPRODUCED, NA = VERDICTS[0], VERDICTS[1], VERDICTS[2]
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of a rule: verdict, estimate with its 95% CI, the rule kind, a short reason and the
-    power statement ("decided" / "underpowered" / "" when no paper effect was given)."""
+    """The outcome of a rule: verdict, estimate with its 95% CI, the rule kind, a short reason, the
+    power statement ("decided" / "underpowered" / "" when no paper effect was given) and the estimate's
+    ``unit``: "%" for a relative gain (shown times 100), else the words written after the plain numbers
+    (e.g. a level's contrast in tokens per step)."""
 
     verdict: str
     estimate: float
@@ -29,20 +31,23 @@ class Decision:
     rule: str
     detail: str = ""
     power: str = ""
+    unit: str = "%"
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
 
     def text(self, percent: bool = True) -> str:
-        """``+3.20% [+1.10, +5.00]`` (or the plain numbers with ``percent=False``)."""
+        """``+3.20% [+1.10, +5.00]``; the plain numbers with ``percent=False``; for a ``unit`` other than "%"
+        the plain numbers followed by it (``+0.46 [+0.37, +0.59] (expected_tokens, gamma last minus first)``)."""
         if self.rule == "exact":
             return f"max |difference| {abs(self.estimate):.1e}"
+        percent = percent and self.unit == "%"
         f = 100.0 if percent else 1.0
-        unit = "%" if percent else ""
+        unit, suffix = ("%", "") if percent else ("", "" if self.unit == "%" else f" {self.unit}")
         if math.isnan(self.ci_low):
-            return f"{f * self.estimate:+.2f}{unit}"
-        return f"{f * self.estimate:+.2f}{unit} [{f * self.ci_low:+.2f}, {f * self.ci_high:+.2f}]"
+            return f"{f * self.estimate:+.2f}{unit}{suffix}"
+        return f"{f * self.estimate:+.2f}{unit} [{f * self.ci_low:+.2f}, {f * self.ci_high:+.2f}]{suffix}"
 
 
 def _nan(x) -> bool:

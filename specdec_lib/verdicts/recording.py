@@ -134,6 +134,4 @@ def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequen
     recorded = _recorded(decisions)
     if callable(ours):
         ours = ours(recorded)
-    elif ours is None and getattr(check, "gain_of", "") == "level":   # a level's contrast is in its own units
-        ours = f"{recorded.text(percent=False)} ({check.value}, {check.x} last minus first)"
     return to_claim(recorded, paper, check.claim, paper_value, ours, extra)
