@@ -17,7 +17,7 @@ import pytest
 
 from specdec_lib.reporting import results
 from specdec_lib.verdicts import (AllOfCheck, ConcavityCheck, EveryCheck, GainCheck, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
-                                  VectorStatisticCheck, cells_significantly_below, decide_directional, decide_every,
+                                  VectorLevelCheck, VectorStatisticCheck, cells_significantly_below, decide_directional, decide_every,
                                   decide_exact, decide_trend, registry)
 
 ENTRIES = registry.load_registry()
@@ -168,6 +168,41 @@ def vector_statistic(p, o, scenario):
     return check.evaluate(pd.DataFrame(rows), n_boot=BOOT).verdict
 
 
+def allof_model_bound(p, o, scenario):
+    """05 Table 1: the measured value below each cell's bound; flipped: one cell 5% above its bound."""
+    g = {"effect": -0.05, "flipped": 0.05}[scenario]
+    frame = _model_frame(lambda c: g if c == "c2" else -0.05)
+    cells = [ModelGapCheck(c, _predict, ["p1"], {"cell": c}, direction=o["direction"], min_effect=p["min_effect"])
+             for c in ("c1", "c2")]
+    return AllOfCheck("synthetic", cells).evaluate(frame, n_boot=BOOT).verdict
+
+
+def allof_vector_level(p, o, scenario):
+    """05 power law: per temperature, the exponent b above ``min_slope`` and the power law fitting better than a
+    geometric decay. Null: a geometric rejection curve at one temperature; flat: a curve that does not fall."""
+    from specdec_lib.theory import power_law_acceptance, power_law_fit
+
+    def geometric(r1, a, k=16):
+        r = r1 * a ** np.arange(k)
+        return np.concatenate([[1 - r[0]], r[:-1] - r[1:]])
+
+    curve = {"effect": power_law_acceptance(0.3, 0.7, 16), "null": geometric(0.3, 0.8),
+             "flat": np.concatenate([[0.7], np.full(15, 1e-4)])}[scenario]
+    rng = np.random.default_rng(0)
+    cols = [f"p{i}" for i in range(1, 17)]
+    rows = []
+    for T in ("lo", "hi"):
+        base = power_law_acceptance(0.3, 0.7, 16) if T == "lo" else curve
+        for i in range(12):
+            v = base * (1 + rng.normal(0, 0.01, 16))
+            rows.append({"prompt_id": f"p{i}", "T": T, **dict(zip(cols, v / max(1.0, v.sum())))})
+    cells = [VectorLevelCheck(f"b {T}", lambda v: power_law_fit(v)["b"], cols, {"T": T}, min_effect=p["min_slope"])
+             for T in ("lo", "hi")]
+    cells += [VectorLevelCheck(f"fit {T}", lambda v: power_law_fit(v)["fit_gain"], cols, {"T": T},
+                               min_effect=p["min_fit_gain"]) for T in ("lo", "hi")]
+    return AllOfCheck("synthetic", cells).evaluate(pd.DataFrame(rows), n_boot=BOOT).verdict
+
+
 def identity(p, o, scenario):
     frame = _pair_frame(lambda c: 0.0, noise=0.0)
     if scenario == "null":   # one tree perturbed beyond the tolerance
@@ -282,13 +317,14 @@ CURRENT = {"gain": gain, "every_gain": every_gain, "every_model_gap": every_mode
            "identity": identity, "exact": exact, "threshold": threshold, "threshold_partly": threshold_partly,
            "interval": interval, "ordering": ordering, "dominance": dominance,
            "range": range_, "growth": growth, "concavity": concavity, "speedup_and_overhead": speedup_and_overhead,
-           "step_overhead": step_overhead, "holm_below": holm_below}
+           "step_overhead": step_overhead, "holm_below": holm_below, "allof_model_bound": allof_model_bound,
+           "allof_vector_level": allof_vector_level}
 NULLS = {"gain": ("null",), "every_gain": ("null",), "every_model_gap": ("flipped",), "allof_model_gap": ("null",),
          "allof_speedup": ("null",), "speedup": ("null",), "trend": ("flipped",), "vector_statistic": ("flipped",),
          "identity": ("null",), "exact": ("null",), "threshold": ("null", "flipped"), "threshold_partly": ("flipped",),
          "interval": ("null",), "ordering": ("null",), "dominance": ("flipped",), "range": ("null",), "growth": ("null",),
          "concavity": ("null",), "speedup_and_overhead": ("null", "flipped"), "step_overhead": ("null",),
-         "holm_below": ("null",)}
+         "holm_below": ("null",), "allof_model_bound": ("flipped",), "allof_vector_level": ("null", "flat")}
 """Per check: the scenarios without the claim's effect (``null``: arms equal / effect removed; ``flipped``)."""
 
 

@@ -1,6 +1,6 @@
 """Sequoia's dynamic programme (App. C.2.1 and C.2.2, Algorithms 4-5) and power-law acceptance
-(Def. 3.5, Thm 3.6 / C.3): ``sequoia_table``, ``sequoia_tree``, ``power_law_acceptance`` and the growth
-bound of Thm C.3."""
+(Def. 3.5, Thm 3.6 / C.3): ``sequoia_table``, ``sequoia_tree``, ``power_law_acceptance``, the growth
+bound of Thm C.3 and ``power_law_fit`` (does a measured rejection curve follow a power law?)."""
 
 from __future__ import annotations
 
@@ -239,6 +239,36 @@ def power_law_acceptance(r1: float, b: float, num_positions: int) -> np.ndarray:
     rej = r1 * k ** (-b)
     prev = np.concatenate([[1.0], rej[:-1]])
     return prev - rej
+
+
+def power_law_fit(acceptance_vector, floor: float = 1e-12) -> dict[str, float]:
+    """How well the rejection curve r_k = 1 - P_k (k = 1..K) of a positional vector follows a power law.
+
+    Least squares of log r_k on log k (a power law r_k = c k^(-b) is a straight line there) and of log r_k
+    on k (a geometric decay r_k = c a^k is a straight line there): ``b`` = minus the log-log slope,
+    ``r2_power`` and ``r2_geometric`` the two fits' R^2, ``fit_gain`` = r2_power - r2_geometric (> 0: the
+    power law describes the curve better than a geometric decay). r_k below ``floor`` is read as ``floor``.
+    Needs K >= 3 and a curve that is not flat (R^2 undefined).
+    """
+    p = _prob_vector(acceptance_vector)
+    if p.size < 3:
+        raise ValueError(f"acceptance_vector needs at least 3 positions for a fit, got {p.size}")
+    if not floor > 0:
+        raise ValueError(f"floor must be > 0, got {floor!r}")
+    log_r = np.log(np.maximum(1.0 - np.cumsum(p), floor))
+    k = np.arange(1, p.size + 1, dtype=np.float64)
+    if np.ptp(log_r) < 1e-12:
+        return {"b": 0.0, "r2_power": math.nan, "r2_geometric": math.nan, "fit_gain": math.nan}
+
+    def fit(x):
+        slope, intercept = np.polyfit(x, log_r, 1)
+        residual = log_r - (slope * x + intercept)
+        return slope, 1.0 - float(residual @ residual) / float(((log_r - log_r.mean()) ** 2).sum())
+
+    slope, r2_power = fit(np.log(k))
+    _, r2_geometric = fit(k)
+    return {"b": -float(slope), "r2_power": r2_power, "r2_geometric": r2_geometric,
+            "fit_gain": r2_power - r2_geometric}
 
 
 def power_law_construction(n: int, b: float) -> tuple[int, int, float]:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from .catalogue import NOTEBOOK_RULES, TIES, rule_entry, rule_for
 from .checks import (AllOfCheck, EveryCheck, GainCheck, claimed_sign, IdentityCheck, ModelGapCheck, SpeedupCheck, TrendCheck,
-                     VectorStatisticCheck, bootstrap_indices, cluster_of, convergence_start, first_level_decision, paired_difference,
+                     VectorLevelCheck, VectorStatisticCheck, bootstrap_indices, cluster_of, convergence_start, first_level_decision, paired_difference,
                      paired_sums)
 from .concavity import ConcavityCheck, slope_drop
 from .decisions import (Decision, cells_significantly_above, cells_significantly_below, decide_directional, decide_equivalence, decide_every,
@@ -64,7 +64,7 @@ __all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directio
            "cells_significantly_below", "ConcavityCheck", "slope_drop",
            "cluster_of", "paired_sums",
            "bootstrap_indices", "paired_difference", "GainCheck", "TrendCheck", "EveryCheck", "AllOfCheck", "claimed_sign", "IdentityCheck", "ModelGapCheck",
-           "VectorStatisticCheck", "SpeedupCheck",
+           "VectorStatisticCheck", "VectorLevelCheck", "SpeedupCheck",
            "first_level_decision", "convergence_start",
            "evaluate", "seed_stability", "to_claim", "checked_claim", "SEED_DEPENDENT", "STABLE_MARK", "NOTEBOOK_RULES",
            "rule_entry", "rule_for", "TIES", "registry", "load_registry", "entry_for", "annotate", "size_of"]

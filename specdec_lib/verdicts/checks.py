@@ -1,6 +1,6 @@
 """Checks that apply a rule to a stored per-step frame: paired sums per prompt, the clustered bootstrap
-over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck` / `SpeedupCheck`, the
-decisions they give (claims are recorded by `recording`)."""
+over prompts, `GainCheck` / `EveryCheck` / `TrendCheck` / `IdentityCheck` / `ModelGapCheck` / `SpeedupCheck` /
+`VectorStatisticCheck` / `VectorLevelCheck`, the decisions they give (claims are recorded by `recording`)."""
 
 from __future__ import annotations
 
@@ -419,6 +419,39 @@ class VectorStatisticCheck:
         d = decide_trend(est, lo, hi, 0, "increasing", self.min_effect)
         return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule,
                         f"{d.detail}; {self.cell} {self.first!r} minus {self.last!r}, {used} resamples", d.power)
+
+
+@dataclass
+class VectorLevelCheck:
+    """A deterministic function of the mean measured vector of one cell against a null (e.g. the power-law
+    slope of Sequoia's rejection curve at one temperature): the superiority rule on ``statistic(mean vector
+    of the rows in where)`` > ``null`` (or "<") by at least ``min_effect``. The bootstrap resamples prompts
+    and recomputes the mean vector and the statistic; a resample whose statistic is NaN is left out."""
+
+    claim: str
+    statistic: Callable[[np.ndarray], float]
+    vector_columns: Sequence[str]
+    where: Mapping[str, Any] = field(default_factory=dict)
+    direction: str = ">"
+    null: float = 0.0
+    min_effect: float = MIN_EFFECT["superiority"]
+
+    def evaluate(self, frame, seed: int = 0, n_boot: int = 2000) -> Decision:
+        frame = _filter(frame, self.where)
+        missing = [c for c in [*self.vector_columns, "prompt_id"] if c not in frame.columns]
+        if missing:
+            raise ValueError(f"frame lacks the columns {missing}")
+        if frame.empty:
+            raise ValueError(f"no rows with {dict(self.where)!r}")
+        sums, counts = _cluster_sums(frame, self.vector_columns, sorted(frame["prompt_id"].map(cluster_of).unique()))
+
+        def level(rows):
+            count = counts[rows].sum()
+            return float(self.statistic(sums[rows].sum(0) / count)) if count else float("nan")
+
+        est, lo, hi, used = _resampled(level, len(counts), n_boot, seed)
+        d = decide_directional(est, lo, hi, self.direction, self.null, self.min_effect)
+        return Decision(d.verdict, d.estimate, d.ci_low, d.ci_high, d.rule, f"{d.detail}; {used} resamples", d.power)
 
 
 @dataclass

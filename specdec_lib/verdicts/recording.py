@@ -96,7 +96,7 @@ def checked_claim(check: Any, frame, paper: str, paper_value: Any, seeds: Sequen
                   n_boot: int = 2000, ours: str | Callable[[Decision], str] | None = None, notes: str = "",
                   monte_carlo: Mapping[int, Any] | None = None, max_boot: int = 32000) -> Claim:
     """Apply ``check`` (a GainCheck, TrendCheck, EveryCheck, AllOfCheck, IdentityCheck, ModelGapCheck or
-    VectorStatisticCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
+    VectorStatisticCheck, VectorLevelCheck, SpeedupCheck) under each bootstrap seed and record the first seed's decision as a claim
     (``ours``: its text, or a function of the recorded decision giving it). Its notes name the rule and say whether
     every seed gives the same verdict.
 

@@ -25,7 +25,7 @@ KINDS = ("superiority", "noninferiority", "equivalence", "exact", "trend", "ever
 CHECKS = ("gain", "every_gain", "every_model_gap", "allof_model_gap", "allof_speedup", "speedup", "trend",
           "vector_statistic", "identity", "exact", "threshold", "threshold_partly", "interval", "ordering",
           "dominance", "holm_below", "range", "growth", "concavity", "step_overhead", "speedup_and_overhead",
-          "not_applicable")
+          "allof_model_bound", "allof_vector_level", "not_applicable")
 """How each rule is applied (the synthetic data of tests/test_claim_rules_fail.py is built per check)."""
 NULL_TEST = "tests/test_claim_rules_fail.py::test_rule_fails_without_effect[{id}]"
 RECORD_FIELDS = ("id", "owner", "source", "quote", "rule", "parameters", "null_test", "paper_value_source",
