@@ -354,6 +354,29 @@ def test_interleaved_timing_records_round_inputs_once_per_prompt_before_its_roun
         E.interleaved_timing(pair, prompts, arms, progress=False, round_inputs={"x": 1.0})
 
 
+def test_target_nll_scores_each_timed_text_under_the_target(tiny_llama):
+    """The generated tokens a timed run keeps are scored by one teacher-forced forward: the mean NLL of each
+    text under the target's law at T = 1, equal to the step-by-step log-probabilities."""
+    target = tiny_llama(64)
+    pair = E.Pair(target, tiny_llama(64, name="tiny-draft"), "hf", "tiny")
+    prompts = [E.PromptIds(f"p{k}", "c", torch.tensor([1, 2 + k, 3])) for k in range(2)]
+    rows = E.interleaved_timing(pair, prompts, {"ar": None, "chain": ("token", "chain:2", "iid")}, max_new_tokens=4,
+                                progress=False)
+    scored = E.target_nll(pair, prompts, rows)
+    for prompt_id, generated, nll in zip(scored["prompt_id"], scored["generated"], scored["nll_per_token"]):
+        text = [int(t) for t in generated.split()]
+        ids = {p.id: p for p in prompts}[prompt_id].ids.tolist()
+        logp = []
+        for t in text:
+            logp.append(float(torch.log_softmax(target.logits(ids).double()[-1], -1)[t]))
+            ids.append(t)
+        assert len(text) == 4 and nll == pytest.approx(-sum(logp) / len(text), abs=1e-5)
+    with pytest.raises(ValueError, match="lacks the columns"):
+        E.target_nll(pair, prompts, rows.drop(columns="generated"))
+    with pytest.raises(ValueError, match="not in prompts"):
+        E.target_nll(pair, prompts[:1], rows)
+
+
 def test_kseq_rejection_from_rows_is_the_mean_over_drawn_stars():
     """SpecTr's exact per-context rejection (drafts integrated out) equals the mean of the exact rejection of
     drawn i.i.d. stars (`star_rejection_from_rows`), and 1 - sum min(p, q) at k = 1 (the maximal coupling)."""

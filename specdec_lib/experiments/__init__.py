@@ -40,13 +40,13 @@ from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level
                     positional_vector, capped_vector, sampled_accepted_lengths, single_draft_acceptance, star_index_law,
                     star_rejection_from_rows, star_views)
 from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
-from .timing import TIMING_COLUMNS, interleaved_timing, timed_generation
+from .timing import TIMING_COLUMNS, interleaved_timing, target_nll, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
 __all__ = ["block_token_gap_table", "hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
            "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "NoRowsError", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
-           "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "TIMING_COLUMNS",
+           "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "target_nll", "TIMING_COLUMNS",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
            "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "capped_vector",

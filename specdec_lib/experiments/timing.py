@@ -1,4 +1,5 @@
-"""Wall-clock decoding of prompts, speculative or autoregressive, one row per prompt."""
+"""Wall-clock decoding of prompts, speculative or autoregressive, one row per prompt (with the generated
+tokens, which `target_nll` scores under the target: the output law's check beside the timing)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..decoding import autoregressive_generate, speculative_generate
 from ..progress import tqdm
+from ..sampling import process_logits
 from .setup import Pair, PromptIds
 
 # ----------------------------------------------------------------------------------------- wall clock
@@ -24,7 +27,8 @@ def _check_timed_pair(pair: Pair) -> None:
 
 #: the columns of `interleaved_timing`'s rows (`_timed_run`'s plus the round's ``arm`` and ``order``)
 TIMING_COLUMNS = ("prompt_id", "category", "verifier", "shape", "temperature", "tokens", "steps", "seconds",
-                  "tokens_per_s", "tokens_per_step", "draft_s", "target_s", "verify_s", "median_step_s", "arm", "order")
+                  "tokens_per_s", "tokens_per_step", "draft_s", "target_s", "verify_s", "median_step_s", "generated",
+                  "arm", "order")
 
 
 def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampling: str, temperature: float,
@@ -49,7 +53,8 @@ def _timed_run(pair: Pair, prompt: PromptIds, verifier: str | None, shape, sampl
             "draft_s": sum(float(getattr(s, "draft_s", 0.0)) for s in steps),
             "target_s": sum(float(getattr(s, "target_s", 0.0)) for s in steps),
             "verify_s": sum(float(getattr(s, "verify_s", 0.0)) for s in steps),
-            "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens)}
+            "median_step_s": float(np.median(step_s)) if step_s else seconds / max(1, n_tokens),
+            "generated": " ".join(str(int(t)) for t in out.tokens)}
 
 
 def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | None, shape: str | None = None,
@@ -58,7 +63,7 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
     """Wall-clock decoding: `speculative_generate` (or `autoregressive_generate` when ``verifier`` is None)
     per prompt. Returns a DataFrame per prompt: tokens, steps, seconds, tokens per second, tokens per step,
     the summed draft / target / verify seconds and the median step time (draft + target + verify of one
-    step; autoregressive: seconds per token) (hf pairs only)."""
+    step; autoregressive: seconds per token) and the generated token ids, space-separated (hf pairs only)."""
     _check_timed_pair(pair)
     iterator: Iterable[tuple[int, PromptIds]] = enumerate(prompts)
     if progress:
@@ -124,3 +129,32 @@ def _round_inputs(round_inputs) -> dict[str, float]:
         if not np.isfinite(out[name]):
             raise ValueError(f"round_inputs: {name!r} = {value!r} is not finite")
     return out
+
+
+def target_nll(pair: Pair, prompts: Sequence[PromptIds], timing, temperature: float = 1.0, top_p: float = 1.0):
+    """``timing`` (rows of `interleaved_timing` / `timed_generation`) with ``nll_per_token``: the mean negative
+    log-likelihood, in nats, of each row's generated tokens under the target's sampling law (its logits at
+    ``temperature`` and ``top_p``, `sampling.process_logits`) after the row's prompt, one teacher-forced forward
+    per row. A lossless method's texts have the target's law, so their mean NLL (log perplexity) matches the
+    target's own samples' in expectation (Hu & Huang's "PPL unchanged")."""
+    _check_timed_pair(pair)
+    missing = [c for c in ("prompt_id", "generated") if c not in getattr(timing, "columns", ())]
+    if missing:
+        raise ValueError(f"timing lacks the columns {missing} (rows of interleaved_timing)")
+    by_id = {p.id: p for p in prompts}
+    unknown = sorted(set(timing["prompt_id"]) - set(by_id))
+    if unknown:
+        raise ValueError(f"timing names prompts that are not in prompts: {unknown[:5]}")
+    nll = []
+    for prompt_id, generated in zip(timing["prompt_id"], timing["generated"]):
+        text = [int(t) for t in str(generated).split()]
+        if not text:
+            nll.append(float("nan"))
+            continue
+        ids = by_id[prompt_id].ids.tolist() + text
+        start = len(ids) - len(text) - 1
+        with torch.no_grad():
+            rows = process_logits(pair.target.logits(ids[:-1])[start:].double(), temperature, top_p, apply_top_p=True)
+        chosen = rows[torch.arange(len(text)), torch.tensor(text)]
+        nll.append(float(-torch.log(chosen.clamp_min(1e-300)).mean()))
+    return timing.assign(nll_per_token=nll)

@@ -41,6 +41,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("01_asps", "n = {nmax}, {cat}: ASpS > SpS", "checked_claim(GainCheck, one category)", "superiority"),
     ("01_asps", "The gain generally grows with n", "checked_claim(TrendCheck over n = 2, 5, nmax)", "trend"),
     ("01_asps", "ATN saturates with n", "checked_claim(ConcavityCheck of SpS over n = 2, 5, nmax)", "trend"),
+    ("01_asps", "PPL unchanged (distribution preserved)",
+     "checked_claim(GainCheck asps vs token on nll_per_token, equivalence, difference)", "equivalence"),
     ("01_asps", "PTT improves with ASpS, by less than ATN",
      "checked_claim(AllOfCheck: SpeedupCheck tokens/s, SpeedupCheck seconds per step; end to end)", "every"),
     ("02_traversal", "Tra.V > Tok.V in acceptance length", "checked_claim(GainCheck traversal_rb vs token)",
