@@ -197,6 +197,19 @@ def test_golden_large_n_vector_a():
     assert T.best_kary(A, 16)[1:] == (2, 3)
 
 
+def test_best_kary_with_a_minimum_branching_never_returns_the_chain():
+    """A chain-heavy vector makes the chain the best full k-ary tree; ``min_branching = 2`` keeps the best tree
+    with k >= 2 (brute force over k and the levels that fit), and refuses a size no such level fits."""
+    steep = [0.9, 0.04, 0.02, 0.01]
+    assert T.best_kary(steep, 64, depth=8)[1] == 1
+    value, k, levels = T.best_kary(steep, 64, depth=8, min_branching=2)
+    fits = lambda k, d: sum(k ** i for i in range(d + 1)) <= 64
+    brute = max((T.kary_expected_tokens(steep, k, d), k, d) for k in range(2, 64) for d in range(0, 8) if fits(k, d))
+    assert k >= 2 and value == pytest.approx(brute[0], abs=1e-12) and (k, levels) == brute[1:]
+    with pytest.raises(ValueError, match="min_branching"):
+        T.best_kary(steep, 2, min_branching=2)
+
+
 @pytest.mark.parametrize("size,depth", [(16, 4), (64, 12), (13, 3), (40, 6)])
 def test_depth_bounded_baselines_stay_within_the_depth_and_below_the_dp(size, depth):
     """With Sequoia's depth bound (root counted) the baselines are the best k x L / k-ary trees of at most that

@@ -105,6 +105,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("05_sequoia", "Top-k degrades at high temperature", "ratio(T_hi) > ratio(T_lo)", "trend"),
     ("05_sequoia", "Sequoia trees give more tokens per step than SpecInfer", "checked_claim(GainCheck, paired per prompt)", "superiority"),
     ("05_sequoia", "Sequoia trees beat full k-ary trees", "checked_claim(GainCheck, paired per prompt)", "superiority"),
+    ("05_sequoia", "Sequoia trees beat branching k-ary trees", "checked_claim(GainCheck, paired per prompt)", "superiority"),
     ("05_sequoia", "Scalability: Sequoia keeps growing", "growth(sq) > growth(kl), partly sq grows", "trend"),
     ("05_sequoia", "Table 1: k×L and k-ary trees stay below their upper bounds",
      "checked_claim(AllOfCheck: ModelGapCheck measured vs Table 1 bound per tree and size, '<')", "every"),
