@@ -776,8 +776,7 @@ def test_power_law_fit_tells_a_power_law_from_a_geometric_decay():
     fit = T.power_law_fit(T.power_law_acceptance(0.3, 0.7, 16))
     assert fit["b"] == pytest.approx(0.7, abs=1e-9) and fit["r2_power"] == pytest.approx(1.0, abs=1e-12)
     assert fit["fit_gain"] > 0.1
-    r = 0.3 * 0.8 ** np.arange(16)   # geometric: r_k = 0.3 * 0.8^(k-1)
-    geo = T.power_law_fit(np.concatenate([[1 - r[0]], r[:-1] - r[1:]]))
+    geo = T.power_law_fit(T.geometric_acceptance(0.3, 0.8, 16))   # r_k = 0.3 * 0.8^(k-1)
     assert geo["r2_geometric"] == pytest.approx(1.0, abs=1e-12) and geo["fit_gain"] < -0.1
     flat = T.power_law_fit([0.5, 0.0, 0.0, 0.0])
     assert flat["b"] == 0.0 and math.isnan(flat["fit_gain"])
@@ -785,3 +784,5 @@ def test_power_law_fit_tells_a_power_law_from_a_geometric_decay():
         T.power_law_fit([0.5, 0.2])
     with pytest.raises(ValueError, match="floor"):
         T.power_law_fit([0.5, 0.2, 0.1], floor=0.0)
+    with pytest.raises(ValueError, match="ratio"):
+        T.geometric_acceptance(0.3, 1.0, 16)
