@@ -180,13 +180,9 @@ def allof_model_bound(p, o, scenario):
 def allof_vector_level(p, o, scenario):
     """05 power law: per temperature, the exponent b above ``min_slope`` and the power law fitting better than a
     geometric decay. Null: a geometric rejection curve at one temperature; flat: a curve that does not fall."""
-    from specdec_lib.theory import power_law_acceptance, power_law_fit
+    from specdec_lib.theory import geometric_acceptance, power_law_acceptance, power_law_fit
 
-    def geometric(r1, a, k=16):
-        r = r1 * a ** np.arange(k)
-        return np.concatenate([[1 - r[0]], r[:-1] - r[1:]])
-
-    curve = {"effect": power_law_acceptance(0.3, 0.7, 16), "null": geometric(0.3, 0.8),
+    curve = {"effect": power_law_acceptance(0.3, 0.7, 16), "null": geometric_acceptance(0.3, 0.8, 16),
              "flat": np.concatenate([[0.7], np.full(15, 1e-4)])}[scenario]
     rng = np.random.default_rng(0)
     cols = [f"p{i}" for i in range(1, 17)]

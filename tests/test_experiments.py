@@ -460,3 +460,15 @@ def test_with_draft_loads_another_draft_for_the_same_target(monkeypatch):
     monkeypatch.setattr(setup, "load_model", lambda *a, **k: type("W", (), {"vocab_size": 9, "name": "w"})())
     with pytest.raises(ValueError, match="vocabulary"):
         setup.with_draft(pair, "wide")
+
+
+def test_spread_prompts_takes_every_kth_and_refuses_more_than_it_has():
+    """Ordered by category (12 each), 48 of 156 prompts give 4 to each of the first 12 categories."""
+    prompts = [E.PromptIds(f"c{c}-{i}", f"c{c}", torch.zeros(1, dtype=torch.long)) for c in range(13) for i in range(12)]
+    picked = E.spread_prompts(prompts, 48)
+    assert len(picked) == 48 and pd.Series([p.category for p in picked]).value_counts().eq(4).all()
+    assert E.spread_prompts(prompts, 156) == prompts
+    with pytest.raises(ValueError, match="timing_prompts \\(157\\) exceeds the 156"):
+        E.spread_prompts(prompts, 157, "timing_prompts")
+    with pytest.raises(ValueError, match="count must be an integer >= 1"):
+        E.spread_prompts(prompts, 0)

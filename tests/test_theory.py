@@ -197,6 +197,19 @@ def test_golden_large_n_vector_a():
     assert T.best_kary(A, 16)[1:] == (2, 3)
 
 
+def test_best_kary_with_a_minimum_branching_never_returns_the_chain():
+    """A chain-heavy vector makes the chain the best full k-ary tree; ``min_branching = 2`` keeps the best tree
+    with k >= 2 (brute force over k and the levels that fit), and refuses a size no such level fits."""
+    steep = [0.9, 0.04, 0.02, 0.01]
+    assert T.best_kary(steep, 64, depth=8)[1] == 1
+    value, k, levels = T.best_kary(steep, 64, depth=8, min_branching=2)
+    fits = lambda k, d: sum(k ** i for i in range(d + 1)) <= 64
+    brute = max((T.kary_expected_tokens(steep, k, d), k, d) for k in range(2, 64) for d in range(0, 8) if fits(k, d))
+    assert k >= 2 and value == pytest.approx(brute[0], abs=1e-12) and (k, levels) == brute[1:]
+    with pytest.raises(ValueError, match="min_branching"):
+        T.best_kary(steep, 2, min_branching=2)
+
+
 @pytest.mark.parametrize("size,depth", [(16, 4), (64, 12), (13, 3), (40, 6)])
 def test_depth_bounded_baselines_stay_within_the_depth_and_below_the_dp(size, depth):
     """With Sequoia's depth bound (root counted) the baselines are the best k x L / k-ary trees of at most that
@@ -763,8 +776,7 @@ def test_power_law_fit_tells_a_power_law_from_a_geometric_decay():
     fit = T.power_law_fit(T.power_law_acceptance(0.3, 0.7, 16))
     assert fit["b"] == pytest.approx(0.7, abs=1e-9) and fit["r2_power"] == pytest.approx(1.0, abs=1e-12)
     assert fit["fit_gain"] > 0.1
-    r = 0.3 * 0.8 ** np.arange(16)   # geometric: r_k = 0.3 * 0.8^(k-1)
-    geo = T.power_law_fit(np.concatenate([[1 - r[0]], r[:-1] - r[1:]]))
+    geo = T.power_law_fit(T.geometric_acceptance(0.3, 0.8, 16))   # r_k = 0.3 * 0.8^(k-1)
     assert geo["r2_geometric"] == pytest.approx(1.0, abs=1e-12) and geo["fit_gain"] < -0.1
     flat = T.power_law_fit([0.5, 0.0, 0.0, 0.0])
     assert flat["b"] == 0.0 and math.isnan(flat["fit_gain"])
@@ -772,3 +784,5 @@ def test_power_law_fit_tells_a_power_law_from_a_geometric_decay():
         T.power_law_fit([0.5, 0.2])
     with pytest.raises(ValueError, match="floor"):
         T.power_law_fit([0.5, 0.2, 0.1], floor=0.0)
+    with pytest.raises(ValueError, match="ratio"):
+        T.geometric_acceptance(0.3, 1.0, 16)

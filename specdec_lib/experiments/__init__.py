@@ -35,7 +35,7 @@ from .exact_toys import block_token_gap_table, hsd_exact_table
 from .paired import MEASURED_ONLY, RAO_BLACKWELLISED, applicable, paired_expected_tokens, paired_tokens_by_prompt
 from .shared_contexts import model_gap_frame, paired_tokens_at_shared_contexts, rows_at_shared_contexts
 from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_pair, parse_param,
-                    prompt_categories, prompts_for, settings, settings_table, toy_pair, with_draft)
+                    prompt_categories, prompts_for, settings, settings_table, spread_prompts, toy_pair, with_draft)
 from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level_against_optimum, index_law_at_rows, kseq_rejection_from_rows,
                     positional_vector, capped_vector, sampled_accepted_lengths, single_draft_acceptance, star_index_law,
                     star_rejection_from_rows, star_views)
@@ -44,7 +44,7 @@ from .timing import TIMING_COLUMNS, interleaved_timing, target_nll, timed_genera
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
 __all__ = ["block_token_gap_table", "hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
-           "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "prompt_categories", "NoRowsError", "TreeRecord",
+           "toy_pair", "load_pair", "with_draft", "PromptIds", "prompts_for", "spread_prompts", "prompt_categories", "NoRowsError", "TreeRecord",
            "replicate_shape", "split_copies", "collect_trees", "paired_tokens_by_prompt", "matched_rows",
            "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "target_nll", "TIMING_COLUMNS",
            "restrict_depth", "truncate_chain", "index_tuples",

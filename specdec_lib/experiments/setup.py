@@ -244,6 +244,16 @@ def prompts_for(pair: Pair, num_prompts: int, categories: Sequence[str] | None =
     return out
 
 
+def spread_prompts(prompts: Sequence[PromptIds], count: int, name: str = "count") -> list[PromptIds]:
+    """``count`` of ``prompts`` taken at an even stride (every k-th, k = len // count), so that a list ordered
+    by category gives each category its share; ``name`` is the caller's argument named in the errors."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+    if count > len(prompts):
+        raise ValueError(f"{name} ({count}) exceeds the {len(prompts)} prompts to choose from")
+    return list(prompts[:: len(prompts) // count][:count])
+
+
 def prompt_categories(split: str = "heldout") -> list[str]:
     """The categories of the project's prompt set."""
     return sorted({p.category for p in load_prompts(split)})

@@ -44,7 +44,7 @@ from .erss import (
     lemma43_fixed_curve, STRATEGIES, strategy_shape, tau_star_tree, tau_star_vertices, tunstall_bound,
 )
 from .sequoia import (
-    SequoiaTable, growth_threshold, power_law_acceptance, power_law_construction, power_law_fit,
+    SequoiaTable, geometric_acceptance, growth_threshold, power_law_acceptance, power_law_construction, power_law_fit,
     sequoia_growth_lower_bound,
     sequoia_table, sequoia_tree,
 )
@@ -57,7 +57,8 @@ __all__ = [
     # DP
     "SequoiaTable", "sequoia_table", "sequoia_tree",
     # power law
-    "power_law_acceptance", "power_law_construction", "power_law_fit", "sequoia_growth_lower_bound", "growth_threshold",
+    "geometric_acceptance", "power_law_acceptance", "power_law_construction", "power_law_fit",
+    "sequoia_growth_lower_bound", "growth_threshold",
     # ERSS
     "tau_star_tree", "tau_star_vertices", "STRATEGIES", "strategy_shape", "batch_expected_tokens",
     "erss_specinfer_expected_tokens",

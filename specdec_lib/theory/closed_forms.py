@@ -112,17 +112,22 @@ def best_k_sequences(acceptance_vector, size: int, depth: int | None = None) -> 
     return best
 
 
-def best_kary(acceptance_vector, size: int, depth: int | None = None) -> tuple[float, int, int]:
-    """The best full k-ary tree (k >= 1; k = 1 is the chain) with at most ``size`` nodes and, when ``depth``
-    is given, at most ``depth`` levels counting the root: (F, k, levels).
+def best_kary(acceptance_vector, size: int, depth: int | None = None,
+              min_branching: int = 1) -> tuple[float, int, int]:
+    """The best full k-ary tree (k >= ``min_branching``; k = 1 is the chain) with at most ``size`` nodes and,
+    when ``depth`` is given, at most ``depth`` levels counting the root: (F, k, levels).
 
     Baseline column of docs/methods/sequoia.md §3.4 ("best full k-ary"); ``levels`` counts drafted levels.
+    ``min_branching = 2`` keeps the baseline a tree (Medusa's full k-ary tree) where the chain would win.
     """
     p = _prob_vector(acceptance_vector)
     size = _check_int(size, "size", 1)
     budget = _depth_budget(depth, size)
-    best = (1.0, 1, 0)
-    for k in range(1, size):
+    min_branching = _check_int(min_branching, "min_branching", 1)
+    if size > 1 and min_branching >= size:
+        raise ValueError(f"min_branching must be below size ({size}): a full {min_branching}-ary level does not fit")
+    best = (1.0, min_branching, 0)
+    for k in range(min_branching, size):
         levels, nodes = 0, 1
         while levels < budget:
             nxt = nodes + k ** (levels + 1)

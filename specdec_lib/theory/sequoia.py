@@ -236,9 +236,22 @@ def power_law_acceptance(r1: float, b: float, num_positions: int) -> np.ndarray:
     if b <= 0:
         raise ValueError(f"b must be > 0, got {b}")
     k = np.arange(1, _check_int(num_positions, "num_positions", 1) + 1, dtype=np.float64)
-    rej = r1 * k ** (-b)
-    prev = np.concatenate([[1.0], rej[:-1]])
-    return prev - rej
+    return _positional_from_rejection(r1 * k ** (-b))
+
+
+def geometric_acceptance(r1: float, ratio: float, num_positions: int) -> np.ndarray:
+    """Positional vector of a geometric rejection r_k = r1 * ratio^(k-1): the decay a power law is told from
+    (`power_law_fit`); p_1 = 1 - r_1 and p_k = r_{k-1} - r_k, truncated at ``num_positions``."""
+    if not 0.0 < r1 <= 1.0:
+        raise ValueError(f"r1 must be in (0, 1], got {r1}")
+    if not 0.0 < ratio < 1.0:
+        raise ValueError(f"ratio must be in (0, 1), got {ratio}")
+    k = np.arange(_check_int(num_positions, "num_positions", 1), dtype=np.float64)
+    return _positional_from_rejection(r1 * ratio ** k)
+
+
+def _positional_from_rejection(rejection: np.ndarray) -> np.ndarray:
+    return np.concatenate([[1.0], rejection[:-1]]) - rejection
 
 
 def power_law_fit(acceptance_vector, floor: float = 1e-12) -> dict[str, float]:
