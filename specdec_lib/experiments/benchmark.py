@@ -53,8 +53,8 @@ from ..sampling import process_logits
 from ..theory import positional_acceptance
 from ..verifiers import get_verifier
 
-__all__ = ["DEFAULT_METHODS", "BenchSettings", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
-           "default_output_path", "bench_output_path", "check_bench_arguments"]
+__all__ = ["DEFAULT_METHODS", "BenchSettings", "run_benchmark", "bench_main", "main", "format_table",
+           "measure_acceptance_vector", "default_output_path", "bench_output_path", "check_bench_arguments"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
