@@ -202,14 +202,14 @@ def _reproduce(args: argparse.Namespace) -> int:
         params = parse_parameters(args.parameter, notebooks, args.notebook_dir)
         reports_dir, results_dir = reports.check_run(args.profile, params, args.reports_dir, args.results_dir,
                                                      args.publish, args.timeout)
+        options = reports.RunOptions(reports_dir=reports_dir, results_dir=results_dir, notebook_dir=args.notebook_dir,
+                                     progress=not args.no_progress, log_output=args.log_output,
+                                     execution_timeout=args.timeout, publish=args.publish, jobs=args.jobs)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, reports_dir=reports_dir,
-                                 results_dir=results_dir, notebook_dir=args.notebook_dir, progress=not args.no_progress,
-                                 log_output=args.log_output, execution_timeout=args.timeout, publish=args.publish,
-                                 jobs=args.jobs)
+        runs = reports.reproduce(notebooks, profile=args.profile, parameters=params, options=options)
     except KeyboardInterrupt:
         print("\ninterrupted: the notebooks still running were stopped and published nothing; the finished ones "
               f"are in {reports_dir} (see status.json)", file=sys.stderr)

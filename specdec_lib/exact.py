@@ -14,8 +14,8 @@ the first ``horizon`` emitted tokens is a finite sum:
                            threading ``Outcome.state`` (greedy block verification is lossless only
                            across steps, Block Verification Algorithm 6);
 * `target_law`, `max_abs_diff`, `accepted_length_law`, `expected_step_tokens`;
-* `sample_output_counts` / `sample_multistep_counts` run the actual samplers, and
-  `chi_square_pvalue` tests their counts against an exact law.
+* `sample_output_counts` / `sample_multistep_counts` run the actual samplers (`SamplerSettings`: drafting
+  mode, horizon, runs and seed), and `chi_square_pvalue` tests their counts against an exact law.
 
 ``race`` trees (ERSS) carry continuous arrival times, so they cannot be enumerated: for them the
 tree-law is exact given the races and the races are averaged by Monte Carlo (H2's drafting).
@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -51,7 +52,7 @@ MAX_LAW_CELLS = 10 ** 8
 __all__ = [
     "enumerate_drafts", "sample_tree", "step_emitted_law", "step_output_law", "multistep_output_law",
     "target_law", "max_abs_diff", "accepted_length_law", "expected_step_tokens",
-    "sample_output_counts", "sample_multistep_counts", "chi_square_pvalue", "drafted_tree_bound",
+    "SamplerSettings", "sample_output_counts", "sample_multistep_counts", "chi_square_pvalue", "drafted_tree_bound",
     "MAX_DRAFTED_TREES", "MAX_LAW_CELLS",
 ]
 
@@ -469,51 +470,64 @@ def _continue_sample(target: ToyLM, context: tuple[int, ...], tokens: list[int],
     return tuple(tokens[:horizon])
 
 
-def sample_output_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
-                         prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
-                         horizon: int = 3, n: int = 2000, seed: int = 0) -> Counter:
-    """Counts of the first ``horizon`` tokens over ``n`` sampled steps (draft, verify with the
-    verifier's sampler, continue with the target), one seeded generator for everything."""
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How `sample_output_counts` and `sample_multistep_counts` sample: the drafting mode of the trees (one of
+    `ENUMERABLE_SAMPLING`), the tokens counted per run (``horizon``), the runs (``n``) and the seed of the one
+    generator they use."""
+
+    sampling: str = "iid"
+    horizon: int = 3
+    n: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_sampling(self.sampling)
+        object.__setattr__(self, "horizon", _check_horizon(self.horizon))
+        object.__setattr__(self, "n", check_int("n", self.n, 1))
+        object.__setattr__(self, "seed", check_seed("seed", self.seed))
+
+
+def sample_output_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefix: Sequence[int],
+                         parents: Sequence[int], settings: SamplerSettings = SamplerSettings()) -> Counter:
+    """Counts of the first ``settings.horizon`` tokens over ``settings.n`` sampled steps (draft, verify with
+    the verifier's sampler, continue with the target), one seeded generator for everything."""
     v = _resolve(verifier)
     _check_pair(target, draft)
-    _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    horizon, n = _check_horizon(horizon), check_int("n", n, 1)
     parents = validate_parents(parents)
-    gen = torch.Generator().manual_seed(check_seed("seed", seed))
+    gen = torch.Generator().manual_seed(settings.seed)
     trees: dict = {}
     checked: set = set()
     counts: Counter = Counter()
-    for _ in range(n):
-        tree = sample_tree(target, draft, prefix, parents, sampling, gen, cache=trees)
+    for _ in range(settings.n):
+        tree = sample_tree(target, draft, prefix, parents, settings.sampling, gen, cache=trees)
         if id(tree) not in checked:
             v.check(tree)
             checked.add(id(tree))
         verdict: Outcome = v.sample(tree, gen, None)
-        counts[_continue_sample(target, prefix, verdict.emitted(tree), horizon, gen)] += 1
+        counts[_continue_sample(target, prefix, verdict.emitted(tree), settings.horizon, gen)] += 1
     return counts
 
 
-def sample_multistep_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM,
-                            prefix: Sequence[int], parents: Sequence[int], sampling: str = "iid",
-                            horizon: int = 3, n: int = 2000, seed: int = 0) -> Counter:
-    """Counts of the first ``horizon`` tokens of ``n`` runs of the decode loop, threading
+def sample_multistep_counts(verifier: str | Verifier, target: ToyLM, draft: ToyLM, prefix: Sequence[int],
+                            parents: Sequence[int], settings: SamplerSettings = SamplerSettings()) -> Counter:
+    """Counts of the first ``settings.horizon`` tokens of ``settings.n`` runs of the decode loop, threading
     ``verdict.state`` from step to step (the sampling counterpart of `multistep_output_law`)."""
     v = _resolve(verifier)
     _check_pair(target, draft)
-    _check_sampling(sampling)
     prefix = _check_prefix(prefix, target.vocab_size)
-    horizon, n = _check_horizon(horizon), check_int("n", n, 1)
     parents = validate_parents(parents)
-    gen = torch.Generator().manual_seed(check_seed("seed", seed))
+    horizon = settings.horizon
+    gen = torch.Generator().manual_seed(settings.seed)
     trees: dict = {}
     counts: Counter = Counter()
-    for _ in range(n):
+    for _ in range(settings.n):
         emitted: list[int] = []
         state = None
         while len(emitted) < horizon:
             context = prefix + tuple(emitted)
-            tree = sample_tree(target, draft, context, parents, sampling, gen, cache=trees)
+            tree = sample_tree(target, draft, context, parents, settings.sampling, gen, cache=trees)
             v.check(tree)
             verdict = v.sample(tree, gen, state)
             emitted.extend(verdict.emitted(tree))

@@ -234,10 +234,10 @@ def test_exact_horizon_prefix_and_counts(toys):
         "multistep_output_law": lambda **kw: exact.multistep_output_law("block", target, draft,
                                                                         kw.pop("prefix", [0]), chain, **kw),
         "target_law": lambda **kw: exact.target_law(target, kw.pop("prefix", [0]), kw.pop("horizon", 2)),
-        "sample_output_counts": lambda **kw: exact.sample_output_counts("block", target, draft, kw.pop("prefix", [0]),
-                                                                        chain, n=kw.pop("n", 5), **kw),
+        "sample_output_counts": lambda **kw: exact.sample_output_counts(
+            "block", target, draft, kw.pop("prefix", [0]), chain, exact.SamplerSettings(n=kw.pop("n", 5), **kw)),
         "sample_multistep_counts": lambda **kw: exact.sample_multistep_counts(
-            "block", target, draft, kw.pop("prefix", [0]), chain, n=kw.pop("n", 5), **kw),
+            "block", target, draft, kw.pop("prefix", [0]), chain, exact.SamplerSettings(n=kw.pop("n", 5), **kw)),
     }
     for name, call in calls.items():
         with pytest.raises(ValueError, match="horizon must be >= 0"):
@@ -288,7 +288,7 @@ def test_exact_refuses_rows_shorter_than_the_vocabulary(toys, short):
     for call in (lambda: exact.step_output_law("block", short, draft, [0], [-1, 0], horizon=2),
                  lambda: exact.step_output_law("block", target, short, [0], [-1, 0], horizon=2),
                  lambda: exact.target_law(short, [0], 2),
-                 lambda: exact.sample_output_counts("block", target, short, [0], [-1, 0], n=3)):
+                 lambda: exact.sample_output_counts("block", target, short, [0], [-1, 0], exact.SamplerSettings(n=3))):
         with pytest.raises(ValueError, match=r"shape \(3,\).*vocab_size"):
             call()
 

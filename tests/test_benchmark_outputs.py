@@ -13,9 +13,6 @@ import pytest
 from specdec_lib.experiments import benchmark
 from specdec_lib.reporting.results import REPO_ROOT
 
-OUTPUT = 11  # run_benchmark's positional ``output`` as bench_main passes it
-
-
 def _published_digest() -> dict[str, str]:
     """sha256 of the published index and bench files (what a wrong bench output would overwrite)."""
     files = [REPO_ROOT / "reports" / "index.html", *sorted((REPO_ROOT / "data" / "results").glob("bench_*.json"))]
@@ -29,7 +26,7 @@ def no_work(monkeypatch):
 
     def fake_run(*args, **kwargs):
         calls["runs"].append((args, kwargs))
-        return {"methods": {}, "output": str(args[OUTPUT])}
+        return {"methods": {}, "output": str(kwargs["output"])}
 
     def fake_prompts(*args, **kwargs):
         calls["prompts"] += 1
@@ -48,9 +45,9 @@ def test_the_default_output_is_a_git_ignored_run_folder_and_publish_names_data_r
     before = _published_digest()
     assert benchmark.main(["--num-prompts", "1", "--methods", "autoregressive"]) == 0
     assert benchmark.main(["--num-prompts", "1", "--methods", "autoregressive", "--publish"]) == 0
-    (plain, plain_kw), (published, published_kw) = no_work["runs"]
-    assert plain[OUTPUT] == benchmark.default_output_path() and not plain_kw["publish"]
-    assert published[OUTPUT] == benchmark.default_output_path(publish=True) and published_kw["publish"]
+    (_, plain), (_, published) = no_work["runs"]
+    assert plain["output"] == benchmark.default_output_path() and not plain["publish"]
+    assert published["output"] == benchmark.default_output_path(publish=True) and published["publish"]
     assert _published_digest() == before
 
 
@@ -89,8 +86,10 @@ def test_run_benchmark_checks_its_output_before_any_model_loads(tmp_path):
     for output, message in ((tmp_path, "is a folder"), (REPO_ROOT / "reports" / "index.html", "published reports"),
                             (REPO_ROOT / "data" / "results" / "bench_vm.json", "publish=True")):
         with pytest.raises(ValueError, match=message):
-            benchmark.run_benchmark(["p"], 2, Untouchable(), Untouchable(), ["autoregressive"], output=output)
+            benchmark.run_benchmark(["p"], Untouchable(), Untouchable(), ["autoregressive"],
+                                    benchmark.BenchSettings(max_new_tokens=2), output=output)
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
-        benchmark.run_benchmark(["p"], 0, Untouchable(), Untouchable(), ["autoregressive"], output=False)
+        benchmark.run_benchmark(["p"], Untouchable(), Untouchable(), ["autoregressive"],
+                                benchmark.BenchSettings(max_new_tokens=0), output=False)
     assert benchmark.bench_output_path(tmp_path / "new" / "b.json") == tmp_path / "new" / "b.json"
     assert not Path(tmp_path / "new").exists()

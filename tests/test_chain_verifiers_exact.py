@@ -217,8 +217,9 @@ def test_sampler_matches_exact_law_and_broken_fails(name):
     g, horizon = 2, 3
     want = exact.target_law(target, PREFIX, horizon)
     counter = exact.sample_multistep_counts if name == "greedy_block" else exact.sample_output_counts
-    good = counter(name, target, draft, PREFIX, chain_parents(g), "iid", horizon, CHI_N, seed=1)
-    bad = counter(BROKEN[name], target, draft, PREFIX, chain_parents(g), "iid", horizon, CHI_N, seed=1)
+    settings = exact.SamplerSettings("iid", horizon, CHI_N, seed=1)
+    good = counter(name, target, draft, PREFIX, chain_parents(g), settings)
+    bad = counter(BROKEN[name], target, draft, PREFIX, chain_parents(g), settings)
     assert sum(good.values()) == CHI_N
     assert exact.chi_square_pvalue(good, want) > 1e-3
     assert exact.chi_square_pvalue(bad, want) < 1e-3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -188,8 +189,8 @@ def test_runs_with_parameters_go_to_custom_folders(tmp_path, capsys, monkeypatch
     _notebook(tmp_path / "01_x.ipynb", "01_x")
     seen = {}
 
-    def fake_reproduce(notebooks, **kw):
-        seen.update(kw, notebooks=notebooks)
+    def fake_reproduce(notebooks, profile, parameters, options):
+        seen.update(dataclasses.asdict(options), notebooks=notebooks, profile=profile, parameters=parameters)
         return []
 
     monkeypatch.setattr(reports, "reproduce", fake_reproduce)

@@ -465,7 +465,8 @@ def test_lossless_harness_rejects_a_broken_verifier(e2e, monkeypatch):
 # ----- benchmark (smoke test: one prompt, a few tokens) -------------------------------------------------
 
 def test_benchmark_smoke(target, draft2, tmp_path):
-    from specdec_lib.experiments.benchmark import DEFAULT_METHODS, _parse_method, measure_acceptance_vector, run_benchmark
+    from specdec_lib.experiments.benchmark import (DEFAULT_METHODS, BenchSettings, _parse_method,
+                                                   measure_acceptance_vector, run_benchmark)
     from specdec_lib.data import load_prompts
 
     assert [_parse_method(m)["name"] for m in DEFAULT_METHODS] == list(DEFAULT_METHODS)
@@ -477,8 +478,8 @@ def test_benchmark_smoke(target, draft2, tmp_path):
     assert len(vector) == 3 and all(v >= 0 for v in vector) and sum(vector) <= 1 + 1e-9
     methods = ["autoregressive", "hf_assisted", "block/chain:2", "token/sequoia:6x3"]
     out = tmp_path / "bench.json"
-    report = run_benchmark(load_prompts("heldout")[:1], 3, target, draft2, methods, temperature=1.0,
-                           acceptance_vector=[0.5, 0.2, 0.1], output=out, progress=False)
+    settings = BenchSettings(max_new_tokens=3, temperature=1.0, acceptance_vector=[0.5, 0.2, 0.1], progress=False)
+    report = run_benchmark(load_prompts("heldout")[:1], target, draft2, methods, settings, output=out)
     saved = json.loads(out.read_text())
     assert list(saved["methods"]) == methods and saved["parameters"]["max_new_tokens"] == 3
     assert {"machine", "versions", "parameters", "methods"} <= set(saved)

@@ -43,7 +43,8 @@ def test_notebooks_only_orchestrate():
 
 @pytest.mark.slow
 def test_all_notebooks_run_on_smoke_profile(tmp_path):
-    runs = reports.reproduce(None, "smoke", {}, tmp_path / "reports", tmp_path / "results", progress=False)
+    runs = reports.reproduce(None, "smoke", {},
+                             reports.RunOptions(tmp_path / "reports", tmp_path / "results", progress=False))
     failed = {r.notebook: r.error for r in runs if r.status != "ok"}
     assert not failed, failed
     for run in runs:
@@ -73,7 +74,7 @@ PAPER_REPORTS = ("01", "02", "03", "04", "05")
 def test_sequoia_notebook_runs_one_data_seed_at_a_time(tmp_path):
     """05's sections draw their sampling seeds from its one data seed: two seeds are refused (ValueError), not
     silently run as the first."""
-    (run,) = reports.reproduce(["05_sequoia"], "smoke", {"seeds": [0, 1]}, tmp_path / "reports", tmp_path / "results",
-                               progress=False)
+    (run,) = reports.reproduce(["05_sequoia"], "smoke", {"seeds": [0, 1]},
+                               reports.RunOptions(tmp_path / "reports", tmp_path / "results", progress=False))
     assert run.status != "ok"
     assert "ValueError" in run.error and "seeds: 05 runs one data seed at a time" in run.error

@@ -89,7 +89,8 @@ def _nbdir(published: Path) -> str:
 
 def _publish_once(published, papermill) -> dict[str, str]:
     """A complete run of the notebooks' own settings into the published folders; returns their digest."""
-    runs = reports.reproduce(None, "default", None, notebook_dir=_nbdir(published), progress=False, jobs=1)
+    runs = reports.reproduce(None, "default", None,
+                             reports.RunOptions(notebook_dir=_nbdir(published), progress=False, jobs=1))
     assert [r.status for r in runs] == ["ok", "ok"]
     assert (published / "reports" / "index.html").is_file() and (published / "data" / "results" / "01_good").is_dir()
     return digest(published)
@@ -117,7 +118,8 @@ def test_a_run_with_one_failure_publishes_the_other_notebook_only(published, pap
     status_before = reports.load_status(published / "reports")
     good_report = (published / "reports" / "01_good.html").read_bytes()
     papermill.failing.add("01_good")
-    runs = reports.reproduce(None, "default", None, notebook_dir=_nbdir(published), progress=False, jobs=1)
+    runs = reports.reproduce(None, "default", None,
+                             reports.RunOptions(notebook_dir=_nbdir(published), progress=False, jobs=1))
     assert [r.status for r in runs] == ["failed", "ok"]
     status = reports.load_status(published / "reports")
     assert status["01_good"] == status_before["01_good"] and status["02_other"] != status_before["02_other"]
@@ -151,7 +153,8 @@ def test_a_parallel_run_with_failures_publishes_only_the_notebooks_that_succeede
     status_before = reports.load_status(published / "reports")
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", InlinePool)
     papermill.failing.update(failing)
-    runs = reports.reproduce(None, "default", None, notebook_dir=_nbdir(published), progress=False, jobs=2)
+    runs = reports.reproduce(None, "default", None,
+                             reports.RunOptions(notebook_dir=_nbdir(published), progress=False, jobs=2))
     assert [r.status for r in runs] == ["failed" if n in failing else "ok" for n in ("01_good", "02_other")]
     status = reports.load_status(published / "reports")
     assert status["01_good"] == status_before["01_good"]
@@ -171,7 +174,8 @@ def test_num_threads_below_one_is_refused_before_any_notebook_runs(published, pa
                      threads]) == 2
     assert f"parameter num_threads must be >= 1, got {threads}" in capsys.readouterr().err
     with pytest.raises(ValueError, match="num_threads"):
-        reports.reproduce(["01_good"], "default", {"num_threads": int(threads)}, notebook_dir=_nbdir(published))
+        reports.reproduce(["01_good"], "default", {"num_threads": int(threads)},
+                          reports.RunOptions(notebook_dir=_nbdir(published)))
     assert not papermill.calls and digest(published) == {}
 
 
@@ -262,9 +266,11 @@ def test_the_api_refuses_the_same_values_by_name(published):
             ("default", {"seeds": []}, None, "seeds"),
             ("default", None, -5, "execution_timeout")):
         with pytest.raises(ValueError, match=message):
-            reports.reproduce(["01_good"], profile, parameters, notebook_dir=nbdir, execution_timeout=timeout)
+            reports.reproduce(["01_good"], profile, parameters,
+                              reports.RunOptions(notebook_dir=nbdir, execution_timeout=timeout))
         with pytest.raises(ValueError, match=message):
-            reports.run_notebook("01_good", profile, parameters, notebook_dir=nbdir, execution_timeout=timeout)
+            reports.run_notebook("01_good", profile, parameters,
+                                 reports.RunOptions(notebook_dir=nbdir, execution_timeout=timeout))
     assert reports.check_run_parameters("default", {"temperatures": None, "seeds": [1], "dtype": "bf16"}) is None
 
 
@@ -289,12 +295,12 @@ def test_seed_check_of_a_smoke_run_is_refused_and_changes_no_published_file(tmp_
 # ----- progress: one line as each notebook starts and ends; no kernel or papermill noise --------------------
 
 def test_each_notebook_prints_a_line_as_it_starts_and_ends_with_its_verdict_counts(published, papermill, capsys):
-    reports.reproduce(["01_good"], "smoke", None, notebook_dir=_nbdir(published), progress=False)
+    reports.reproduce(["01_good"], "smoke", None, reports.RunOptions(notebook_dir=_nbdir(published), progress=False))
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "01_good: started (smoke profile)"
     assert out[1].startswith("01_good: done in ") and out[1].endswith(", 1 reproduced / 0 partly / 0 not / 1 n.a.")
     papermill.failing.add("01_good")
-    reports.reproduce(["01_good"], "smoke", None, notebook_dir=_nbdir(published), progress=False)
+    reports.reproduce(["01_good"], "smoke", None, reports.RunOptions(notebook_dir=_nbdir(published), progress=False))
     line = capsys.readouterr().out.splitlines()[1]
     assert line.startswith("01_good: failed after ") and "set_num_threads expects a positive integer" in line
     # the kernel's own log (its TCP warning, the KeyboardInterrupt of every shutdown) is off

@@ -122,7 +122,7 @@ def test_acceptance_frame_measures_every_held_out_prompt_on_the_experiments_rows
     """The record's rows are `experiments.matched_rows` (the target's own continuation of the chat-encoded prompt,
     both models teacher-forced on it): a draft equal to the target accepts every position."""
     from specdec_lib import experiments as E
-    from specdec_lib.experiments.draft_measure import acceptance_frame
+    from specdec_lib.experiments.draft_measure import MeasureSettings, acceptance_frame
 
     frame, rows = acceptance_frame(target, target, [1.0], per_category=1, new_tokens=2, progress=False)
     assert sorted(frame["category"]) == E.prompt_categories() and frame["acceptance"].to_numpy() == pytest.approx(1.0)
@@ -132,6 +132,8 @@ def test_acceptance_frame_measures_every_held_out_prompt_on_the_experiments_rows
                           (dict(temperatures=[1.0], new_tokens=0), "new_tokens")]:
         with pytest.raises(ValueError, match=match):
             acceptance_frame(target, target, per_category=1, progress=False, **kwargs)
+        with pytest.raises(ValueError, match=match):
+            MeasureSettings(**kwargs)
 
 
 def test_summarize_acceptance_weights_prompts_by_positions():

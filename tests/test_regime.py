@@ -146,15 +146,17 @@ def test_tune_lambda_hits_goals_on_toy_rows():
     base = RG.acceptance(P, Q)
     assert base < 0.6
     for goal in RG.GOALS:
-        fit = RG.tune_lambda(pair, prompts, goal, max_new_tokens=20, tol=1e-3)
+        fit = RG.tune_lambda(pair, prompts, goal, RG.TuningSettings(max_new_tokens=20, tol=1e-3))
         assert abs(fit.acceptance - goal) <= 1e-3 and 0 < fit.lam < 1 and fit.draft_acceptance == pytest.approx(base)
         # the same acceptance from the synthetic toy draft itself, at the same contexts
         P2, Q2 = E.matched_rows(RG.interpolated_pair(pair, fit.lam), prompts, 1.0, max_new_tokens=20, progress=False)
         assert torch.allclose(P2, P) and RG.acceptance(P2, Q2) == pytest.approx(fit.acceptance, abs=1e-9)
     with pytest.raises(ValueError, match="already accepts"):
         RG.tune_lambda_rows(P, Q, base / 2)
-    fit_t = RG.tune_lambda(pair, prompts, 0.7, temperature=0.5, max_new_tokens=20)
+    fit_t = RG.tune_lambda(pair, prompts, 0.7, RG.TuningSettings(temperature=0.5, max_new_tokens=20))
     assert abs(fit_t.acceptance - 0.7) <= 1e-3
+    with pytest.raises(ValueError, match="temperature > 0"):
+        RG.TuningSettings(temperature=0.0)
 
 
 def test_implied_acceptance_and_paper_points():

@@ -162,7 +162,7 @@ def test_runner_success_then_failure_keeps_last_good_report(tmp_path):
     _notebook(nbdir / "01_good.ipynb", GOOD.format(name="01_good"))
     _notebook(nbdir / "02_other.ipynb", GOOD.format(name="02_other"))
 
-    runs = reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False)
+    runs = reports.reproduce(None, "smoke", {}, reports.RunOptions(rep, res, nbdir, progress=False))
     assert [r.status for r in runs] == ["ok", "ok"], [r.error for r in runs]
     good_html = (rep / "01_good.html").read_text()
     assert "ran with profile" in good_html and "smoke" in good_html
@@ -171,7 +171,7 @@ def test_runner_success_then_failure_keeps_last_good_report(tmp_path):
     assert not list(rep.glob(".stage-*"))
 
     # the same notebook now raises: old report, claims and data stay; failed output is kept; others still run
-    runs = reports.reproduce(None, "smoke", {"fail": True}, rep, res, nbdir, progress=False)
+    runs = reports.reproduce(None, "smoke", {"fail": True}, reports.RunOptions(rep, res, nbdir, progress=False))
     assert [r.status for r in runs] == ["failed", "failed"]
     assert "deliberate failure" in runs[0].error
     assert (rep / "01_good.html").read_text() == good_html
@@ -184,7 +184,7 @@ def test_runner_success_then_failure_keeps_last_good_report(tmp_path):
     assert "last good report" in index and "deliberate failure" in index
 
     # success again clears the failed output
-    run = reports.run_notebook("01_good", "smoke", {}, rep, res, nbdir, progress_bar=False)
+    run = reports.run_notebook("01_good", "smoke", {}, reports.RunOptions(rep, res, nbdir, progress=False))
     assert run.status == "ok" and not (rep / "failed" / "01_good.ipynb").exists()
 
 
@@ -193,7 +193,8 @@ def test_notebook_without_claims_is_a_failure(tmp_path):
     nbdir, rep = tmp_path / "nb", tmp_path / "reports"
     nbdir.mkdir()
     _notebook(nbdir / "03_silent.ipynb", "x = 1")
-    run = reports.run_notebook("03_silent", "smoke", {}, rep, tmp_path / "res", nbdir, progress_bar=False)
+    run = reports.run_notebook("03_silent", "smoke", {},
+                               reports.RunOptions(rep, tmp_path / "res", nbdir, progress=False))
     assert run.status == "failed" and "saved no claims" in run.error
     assert not (rep / "03_silent.html").exists()
     reports.build_index(rep, nbdir)
@@ -243,11 +244,12 @@ def test_ctrl_c_leaves_no_staging_folder_and_keeps_the_report(tmp_path, monkeypa
     _notebook(nbdir / "01_good.ipynb", "")
     calls = []
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
-    assert reports.run_notebook("01_good", "smoke", {}, rep, res, nbdir, progress_bar=False).status == "ok"
+    assert reports.run_notebook("01_good", "smoke", {},
+                                reports.RunOptions(rep, res, nbdir, progress=False)).status == "ok"
     html_before = (rep / "01_good.html").read_text()
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls, interrupt=True))
     with pytest.raises(KeyboardInterrupt):
-        reports.run_notebook("01_good", "smoke", {"fail": True}, rep, res, nbdir, progress_bar=False)
+        reports.run_notebook("01_good", "smoke", {"fail": True}, reports.RunOptions(rep, res, nbdir, progress=False))
     assert not list(rep.glob(".stage-*")) and not list(rep.glob(".*"))
     assert (rep / "01_good.html").read_text() == html_before
     assert (res / "01_good" / "numbers.json").exists() and (rep / "claims" / "01_good.json").exists()
@@ -269,12 +271,14 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     calls = []
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
 
-    runs = reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=1)  # the full run
+    runs = reports.reproduce(None, "default", None,
+                             reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=1))  # the full run
     assert [r.status for r in runs] == ["ok", "ok"]
     full = (published_res / "01_good" / "numbers.json").read_text()
     full_html = (published_rep / "01_good.html").read_text()
 
-    runs = reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1)
+    runs = reports.reproduce(["01_good"], "default", {"fail": False},
+                             reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=1))
     assert runs[0].status == "ok" and calls[-1] == {"profile": "default", "fail": False}
     assert (published_res / "01_good" / "numbers.json").read_text() == full
     assert (published_rep / "01_good.html").read_text() == full_html
@@ -285,17 +289,20 @@ def test_run_with_parameters_never_replaces_the_published_results(tmp_path, monk
     # naming the published folders explicitly is refused for a run with parameters or a smoke run ...
     n = len(calls)
     with pytest.raises(ValueError, match="reports_dir: a run with parameters"):
-        reports.reproduce(["01_good"], "default", {"fail": False}, published_rep, None, nbdir, progress=False, jobs=1)
+        reports.reproduce(["01_good"], "default", {"fail": False},
+                          reports.RunOptions(published_rep, notebook_dir=nbdir, progress=False, jobs=1))
     with pytest.raises(ValueError, match="results_dir: a run with the smoke profile"):
-        reports.reproduce(["01_good"], "smoke", None, tmp_path / "toy", published_res, nbdir, progress=False)
+        reports.reproduce(["01_good"], "smoke", None,
+                          reports.RunOptions(tmp_path / "toy", published_res, nbdir, progress=False))
     with pytest.raises(ValueError, match="reports_dir"):
-        reports.run_notebook("01_good", "default", {"fail": False}, published_rep, None, nbdir)
+        reports.run_notebook("01_good", "default", {"fail": False}, reports.RunOptions(published_rep, notebook_dir=nbdir))
     assert len(calls) == n  # nothing ran
     # ... and allowed with publish=True, which also makes the published folders the default
     assert reports.destinations("default", {"fail": False}, publish=True) == (published_rep, published_res)
     assert reports.destinations("smoke", {"fail": False}) == (published_rep / "smoke" / "custom",
                                                               published_res / "smoke" / "custom")
-    reports.reproduce(["01_good"], "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1, publish=True)
+    reports.reproduce(["01_good"], "default", {"fail": False},
+                      reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=1, publish=True))
     assert (published_res / "01_good" / "numbers.json").read_text() != full
 
 
@@ -309,16 +316,20 @@ def test_parameters_are_checked_before_anything_runs(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(papermill, "execute_notebook", _fake_execute(calls))
     with pytest.raises(ValueError, match="'profile' is not a notebook parameter"):
-        reports.reproduce(None, "default", {"profile": "smoke"}, rep, tmp_path / "res", nbdir, progress=False)
+        reports.reproduce(None, "default", {"profile": "smoke"},
+                          reports.RunOptions(rep, tmp_path / "res", nbdir, progress=False))
     with pytest.raises(ValueError, match="unknown name.*'nope'.*known: fail"):
-        reports.reproduce(None, "default", {"nope": 1}, rep, tmp_path / "res", nbdir, progress=False)
+        reports.reproduce(None, "default", {"nope": 1},
+                          reports.RunOptions(rep, tmp_path / "res", nbdir, progress=False))
     with pytest.raises(ValueError, match="unknown name"):
-        reports.run_notebook("01_good", "default", {"nope": 1}, rep, tmp_path / "res", nbdir)
+        reports.run_notebook("01_good", "default", {"nope": 1}, reports.RunOptions(rep, tmp_path / "res", nbdir))
     with pytest.raises(ValueError, match="notebook_dir .* is not a directory"):
-        reports.reproduce(None, "default", None, rep, tmp_path / "res", tmp_path / "missing", progress=False)
+        reports.reproduce(None, "default", None,
+                          reports.RunOptions(rep, tmp_path / "res", tmp_path / "missing", progress=False))
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no notebooks"):
-        reports.reproduce(None, "default", None, rep, tmp_path / "res", tmp_path / "empty", progress=False)
+        reports.reproduce(None, "default", None,
+                          reports.RunOptions(rep, tmp_path / "res", tmp_path / "empty", progress=False))
     assert not calls and not rep.exists()
 # ----------------------------------------------------------------------------------------- reports a reader enjoys
 
@@ -442,7 +453,8 @@ def test_runner_reports_are_quiet_have_figures_and_log_stray_stderr(tmp_path):
     nb = nbformat.read(str(nbdir / "01_quiet.ipynb"), as_version=4)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("# 01 — Quiet"))
     nbformat.write(nb, str(nbdir / "01_quiet.ipynb"))
-    run = reports.run_notebook("01_quiet", "smoke", {}, rep, tmp_path / "res", nbdir, progress_bar=False)
+    run = reports.run_notebook("01_quiet", "smoke", {},
+                               reports.RunOptions(rep, tmp_path / "res", nbdir, progress=False))
     assert run.status == "ok", run.error
     text = (rep / "01_quiet.html").read_text()
     assert "vnd.jupyter.stderr" not in text
@@ -563,14 +575,14 @@ def test_parallel_runner_runs_every_notebook_and_records_each(tmp_path):
     nbdir.mkdir()
     for name in ("01_good", "02_other", "03_third"):
         _notebook(nbdir / f"{name}.ipynb", GOOD.format(name=name))
-    runs = reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=2)
+    runs = reports.reproduce(None, "smoke", {}, reports.RunOptions(rep, res, nbdir, progress=False, jobs=2))
     assert [r.notebook for r in runs] == ["01_good", "02_other", "03_third"]
     assert [r.status for r in runs] == ["ok", "ok", "ok"], [r.error for r in runs]
     assert set(reports.load_status(rep)) == {"01_good", "02_other", "03_third"}
     assert all((rep / f"{n}.html").exists() and (res / n / "numbers.json").exists() for n in ("01_good", "03_third"))
     assert (rep / "index.html").exists() and not list(rep.glob(".stage-*"))
     with pytest.raises(ValueError, match="jobs"):
-        reports.reproduce(None, "smoke", {}, rep, res, nbdir, progress=False, jobs=0)
+        reports.reproduce(None, "smoke", {}, reports.RunOptions(rep, res, nbdir, progress=False, jobs=0))
 
 
 def test_threads_are_an_execution_setting_published_and_shared_among_the_notebooks_at_once(tmp_path, monkeypatch):
@@ -595,20 +607,24 @@ def test_threads_are_an_execution_setting_published_and_shared_among_the_noteboo
 
     assert reports.destinations("default", {"num_threads": 2}) == (published_rep, published_res)
     assert reports.design_parameters({"num_threads": 2, "fail": False}) == {"fail": False}
-    runs = reports.reproduce(["01_good"], "default", {"num_threads": 3}, notebook_dir=nbdir, progress=False)
+    runs = reports.reproduce(["01_good"], "default", {"num_threads": 3},
+                             reports.RunOptions(notebook_dir=nbdir, progress=False))
     assert runs[0].status == "ok" and calls[-1] == {"profile": "default", "num_threads": 3}
     assert (published_rep / "01_good.html").exists() and (published_res / "01_good" / "numbers.json").exists()
     assert reports.load_status(published_rep)["01_good"]["parameters"] == {"profile": "default", "num_threads": 3}
-    reports.reproduce(["02_other"], "default", None, notebook_dir=nbdir, progress=False)  # alone: every CPU
+    reports.reproduce(["02_other"], "default", None,
+                      reports.RunOptions(notebook_dir=nbdir, progress=False))  # alone: every CPU
     assert calls[-1] == {"profile": "default", "num_threads": 4}
-    reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=1)  # one at a time
+    reports.reproduce(None, "default", None,
+                      reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=1))  # one at a time
     assert calls[-2:] == [{"profile": "default", "num_threads": 4}] * 2
     seen = {}
     monkeypatch.setattr(reports, "_reproduce_parallel", lambda names, jobs, profile, per_notebook, *a:
                         seen.update(per_notebook) or [])
-    reports.reproduce(None, "default", None, notebook_dir=nbdir, progress=False, jobs=2)  # two at a time: half each
+    reports.reproduce(None, "default", None,
+                      reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=2))  # two at a time: half each
     assert seen == {"01_good": {"num_threads": 2}, "02_other": {"num_threads": 2}}
-    reports.reproduce(None, "default", {"fail": False}, notebook_dir=nbdir, progress=False, jobs=1)
+    reports.reproduce(None, "default", {"fail": False}, reports.RunOptions(notebook_dir=nbdir, progress=False, jobs=1))
     assert (published_rep / "custom" / "01_good.html").exists()  # any other parameter still makes the run custom
 
 
@@ -623,10 +639,11 @@ def test_default_profile_runs_two_notebooks_at_a_time_with_one_thread_each(tmp_p
     nbdir.mkdir()
     for name in ("01_good", "02_other"):
         _notebook(nbdir / f"{name}.ipynb", GOOD.format(name=name))
-    reports.reproduce(None, "default", {}, tmp_path / "r", tmp_path / "d", nbdir, progress=False)
+    reports.reproduce(None, "default", {}, reports.RunOptions(tmp_path / "r", tmp_path / "d", nbdir, progress=False))
     assert seen["jobs"] == 2
     with pytest.raises(ValueError, match="jobs"):
-        reports.reproduce(None, "default", {}, tmp_path / "r", tmp_path / "d", nbdir, progress=False, jobs=True)
+        reports.reproduce(None, "default", {},
+                          reports.RunOptions(tmp_path / "r", tmp_path / "d", nbdir, progress=False, jobs=True))
 
 
 def test_a_kernel_that_dies_before_starting_is_started_again_and_nothing_else_is():

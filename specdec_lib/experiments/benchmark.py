@@ -35,8 +35,9 @@ import socket
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -52,8 +53,8 @@ from ..sampling import process_logits
 from ..theory import positional_acceptance
 from ..verifiers import get_verifier
 
-__all__ = ["DEFAULT_METHODS", "run_benchmark", "bench_main", "main", "format_table", "measure_acceptance_vector",
-           "default_output_path", "bench_output_path", "check_bench_arguments"]
+__all__ = ["DEFAULT_METHODS", "BenchSettings", "run_benchmark", "bench_main", "main", "format_table",
+           "measure_acceptance_vector", "default_output_path", "bench_output_path", "check_bench_arguments"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
@@ -236,32 +237,52 @@ def _recorded_vector(name: str, temperature: float) -> list[float] | None:
         return None
 
 
-def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int = 128, target="smollm2-135m-instruct",
-                  draft="smollm2-135m-eagle", methods: Sequence[str] = DEFAULT_METHODS, temperature: float = 1.0,
-                  top_p: float = 1.0, seed: int = 0, acceptance_vector: Sequence[float] | None = None,
-                  device=None, dtype=None, output: Path | str | None = None, warmup: bool = True,
-                  progress: bool = True, hf_draft=None, publish: bool = False) -> dict:
-    """Run every method on every prompt; returns (and writes to ``output``, default
-    ``runs/bench/bench_<host>.json``, with ``publish`` ``data/results/bench_<host>.json``; ``output=False``
-    writes nothing) the results dict. The output is checked before anything runs (`bench_output_path`).
+@dataclass(frozen=True)
+class BenchSettings:
+    """How `run_benchmark` generates and times every method: tokens per prompt, temperature, top-p and seed,
+    the acceptance vector of the Sequoia trees (None: the draft's recorded one, else measured on training
+    prompts), the device and dtype the named models load with, a warm-up before the timings, a progress bar."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    acceptance_vector: Sequence[float] | None = None
+    device: Any = None
+    dtype: Any = None
+    warmup: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_count("max_new_tokens", self.max_new_tokens)
+
+
+def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-instruct", draft="smollm2-135m-eagle",
+                  methods: Sequence[str] = DEFAULT_METHODS, settings: BenchSettings = BenchSettings(),
+                  hf_draft=None, output: Path | str | None = None, publish: bool = False) -> dict:
+    """Run every method on every prompt under ``settings`` (`BenchSettings`); returns (and writes to
+    ``output``, default ``runs/bench/bench_<host>.json``, with ``publish`` ``data/results/bench_<host>.json``;
+    ``output=False`` writes nothing) the results dict. The output is checked before anything runs
+    (`bench_output_path`).
 
     ``target`` / ``draft`` / ``hf_draft``: names for `models.load_model` or loaded model objects; a
     method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
     default ``draft`` when HF can run it (not a feature draft) and the independent draft otherwise. ``prompts``: default the project's held-out prompts.
     """
-    check_count("max_new_tokens", max_new_tokens)
+    temperature, top_p, seed = settings.temperature, settings.top_p, settings.seed
+    max_new_tokens, acceptance_vector = settings.max_new_tokens, settings.acceptance_vector
     path = None if output is False else bench_output_path(output, publish)
     specs = [_parse_method(m) for m in methods]
     if not specs:
         raise ValueError("no methods to benchmark")
     if isinstance(target, str):
-        target = load_model(target, device=device, dtype=dtype)
+        target = load_model(target, device=settings.device, dtype=settings.dtype)
     drafts: dict[str, object] = {}
 
     def named(model_or_name):
         name = model_or_name if isinstance(model_or_name, str) else model_or_name.name
         if name not in drafts:
-            drafts[name] = load_model(name, device=device, dtype=dtype, target=target) \
+            drafts[name] = load_model(name, device=settings.device, dtype=settings.dtype, target=target) \
                 if isinstance(model_or_name, str) else model_or_name
         return name
 
@@ -298,7 +319,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     acceptance_source = {name: src for name, (_, src) in vectors.items()} or ("given" if acceptance_vector else None)
     eos = target.eos_token_id
     encoded = [target.encode(p.text) for p in prompts]
-    if warmup:  # first calls pay for lazy initialisation; keep them out of the numbers
+    if settings.warmup:  # first calls pay for lazy initialisation; keep them out of the numbers
         autoregressive_generate(target, encoded[0], temperature, top_p, 4, seed=seed)
         for d in drafts.values():
             speculative_generate(target, d, encoded[0], "token", "chain:2", temperature=temperature,
@@ -306,7 +327,7 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, max_new_tokens: int =
     results: dict[str, dict] = {}
     hf_name = next((spec["draft"] for spec in specs if spec["kind"] == "hf_assisted"), None)
     hf_settings = {"before": _hf_draft_settings(drafts[hf_name])} if hf_name else None
-    bar = tqdm(total=len(specs) * len(prompts), disable=not progress, desc="bench", leave=False)
+    bar = tqdm(total=len(specs) * len(prompts), disable=not settings.progress, desc="bench", leave=False)
     rows: dict[str, list[dict]] = {spec["name"]: [] for spec in specs}
     for prompt, ids in zip(prompts, encoded):   # prompts outside, methods inside: a slow drift of the
         for spec in specs:                      # machine's speed hits every method alike
@@ -405,9 +426,11 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     prompts = load_prompts(args.split, per_category=args.per_category)
     if args.num_prompts is not None:
         prompts = prompts[: args.num_prompts]
-    report = run_benchmark(prompts, args.max_new_tokens, args.target, args.draft, checked["methods"],
-                           args.temperature, args.top_p, args.seed, checked["acceptance_vector"], args.device,
-                           args.dtype, checked["output"], hf_draft=args.hf_draft, publish=args.publish)
+    settings = BenchSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                             seed=args.seed, acceptance_vector=checked["acceptance_vector"], device=args.device,
+                             dtype=args.dtype)
+    report = run_benchmark(prompts, args.target, args.draft, checked["methods"], settings, hf_draft=args.hf_draft,
+                           output=checked["output"], publish=args.publish)
     print(format_table(report))
     print(f"written to {report['output']}")
     return 0

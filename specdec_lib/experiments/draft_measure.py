@@ -23,6 +23,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -33,7 +34,16 @@ from . import NoRowsError, Pair, bootstrap_ratio, matched_rows, prompts_for
 from ..models import load_model
 from ..models.offline import QUANTIZED_DIR, QUANTIZED_NAME, TARGET_NAME
 
-__all__ = ["acceptance_frame", "summarize_acceptance", "measure_pair", "main"]
+__all__ = ["acceptance_frame", "summarize_acceptance", "MeasureSettings", "measure_pair", "main"]
+
+
+def _check_rows_settings(temperatures: Sequence[float], new_tokens: int) -> None:
+    """ValueError naming ``new_tokens`` unless it is a positive integer, or ``temperatures`` unless all are > 0."""
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
+    bad = [t for t in temperatures if not t > 0]
+    if bad:
+        raise ValueError(f"temperatures must be > 0, got {bad!r}")
 
 
 def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_category: int, new_tokens: int,
@@ -44,11 +54,7 @@ def acceptance_frame(target_lm, draft_lm, temperatures: Sequence[float], per_cat
     stacked over prompts for the theory vectors."""
     from tqdm.auto import tqdm
 
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens must be a positive integer, got {new_tokens!r}")
-    bad = [t for t in temperatures if not t > 0]
-    if bad:
-        raise ValueError(f"temperatures must be > 0, got {bad!r}")
+    _check_rows_settings(temperatures, new_tokens)
     pair = Pair(target_lm, draft_lm, "hf", f"{target_lm.name} / {draft_lm.name}")
     prompts = prompts_for(pair, per_category)
     records, rows = [], {}
@@ -82,23 +88,41 @@ def summarize_acceptance(frame, by: Sequence[str] = ("temperature",), n_boot: in
     return pd.DataFrame(out)
 
 
-def measure_pair(target_lm, draft_lm, temperatures: Sequence[float] = (0.2, 0.6, 1.0), per_category: int = 8,
-                 new_tokens: int = 48, max_children: int = 8, theory_rows: int = 256, seed: int = 0,
-                 progress: bool = True) -> dict:
-    """The ``evaluation`` part of a draft record: acceptance per temperature (overall and per category,
-    with CIs over prompts), the per-prompt values, Sequoia's positional acceptance vectors per temperature
-    (``acceptance_vectors``, ``theory_rows`` random matched rows, exact per row up to Monte Carlo over
-    ``num_samples`` = 32 draws) and the forward times."""
+@dataclass(frozen=True)
+class MeasureSettings:
+    """What `measure_pair` measures: the temperatures, the held-out prompts per category, the tokens of each
+    continuation, the children per node and the matched rows (``theory_rows``) of the positional acceptance
+    vectors, the seed, a progress bar."""
+
+    temperatures: Sequence[float] = (0.2, 0.6, 1.0)
+    per_category: int = 8
+    new_tokens: int = 48
+    max_children: int = 8
+    theory_rows: int = 256
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check_rows_settings(self.temperatures, self.new_tokens)
+
+
+def measure_pair(target_lm, draft_lm, settings: MeasureSettings = MeasureSettings()) -> dict:
+    """The ``evaluation`` part of a draft record under ``settings`` (`MeasureSettings`): acceptance per
+    temperature (overall and per category, with CIs over prompts), the per-prompt values, Sequoia's positional
+    acceptance vectors per temperature (``acceptance_vectors``, ``theory_rows`` random matched rows, exact per
+    row up to Monte Carlo over ``num_samples`` = 32 draws) and the forward times."""
     from .. import theory
     from ..training.timing import measure_forward_times
 
+    seed = settings.seed
     t0 = time.perf_counter()
-    frame, rows = acceptance_frame(target_lm, draft_lm, temperatures, per_category, new_tokens, seed, progress)
+    frame, rows = acceptance_frame(target_lm, draft_lm, settings.temperatures, settings.per_category,
+                                   settings.new_tokens, seed, settings.progress)
     vectors = {}
     for temperature, (p, q) in rows.items():
-        pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:theory_rows]
-        vec = theory.positional_acceptance(p[pick].double(), q[pick].double(), max_children, "without_replacement",
-                                           method="monte_carlo", num_samples=32,
+        pick = torch.randperm(p.shape[0], generator=torch.Generator().manual_seed(seed))[:settings.theory_rows]
+        vec = theory.positional_acceptance(p[pick].double(), q[pick].double(), settings.max_children,
+                                           "without_replacement", method="monte_carlo", num_samples=32,
                                            generator=torch.Generator().manual_seed(seed))
         vectors[f"{temperature:g}"] = [float(x) for x in vec]
     overall = summarize_acceptance(frame)
@@ -109,8 +133,9 @@ def measure_pair(target_lm, draft_lm, temperatures: Sequence[float] = (0.2, 0.6,
         "per_prompt": frame.to_dict(orient="records"),
         "acceptance_vectors": vectors,
         "forward_time": measure_forward_times(draft_lm.model, target_lm.model),
-        "parameters": {"temperatures": [float(t) for t in temperatures], "per_category": per_category,
-                       "new_tokens": new_tokens, "max_children": max_children, "theory_rows": theory_rows,
+        "parameters": {"temperatures": [float(t) for t in settings.temperatures],
+                       "per_category": settings.per_category, "new_tokens": settings.new_tokens,
+                       "max_children": settings.max_children, "theory_rows": settings.theory_rows,
                        "seed": seed, "split": "heldout", "dtype": str(target_lm.dtype).replace("torch.", ""),
                        "threads": torch.get_num_threads()},
         "minutes": (time.perf_counter() - t0) / 60,
@@ -138,10 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(QUANTIZED_DIR / "draft.json"))
     a = ap.parse_args(argv)
     temperatures = [float(x) for x in a.temperatures.split(",")]
+    settings = MeasureSettings(temperatures=temperatures, per_category=a.per_category, new_tokens=a.new_tokens)
     torch.set_num_threads(a.threads)
     target = load_model(TARGET_NAME, dtype=a.dtype)
     draft = load_model(a.draft, dtype=a.dtype, target=target)
-    evaluation = measure_pair(target, draft, temperatures, a.per_category, a.new_tokens)
+    evaluation = measure_pair(target, draft, settings)
     record = {**(QUANTIZED_RECIPE if a.draft == QUANTIZED_NAME else {"name": a.draft, "base_model": TARGET_NAME}),
               "dtype": a.dtype, "acceptance_vectors": evaluation.pop("acceptance_vectors"),
               "evaluation": evaluation, "machine": f"{platform.machine()} {platform.system()}",

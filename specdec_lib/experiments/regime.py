@@ -43,7 +43,7 @@ from ..models.interpolated import InterpolatedDraft, InterpolatedToyLM, mix_rows
 from ..theory import chain_expected_tokens, expected_tokens_positional, k_sequences_expected_tokens, positional_acceptance, sequoia_tree
 from ..tree import parent_depths, parse_shape
 
-__all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "tune_lambda",
+__all__ = ["GOALS", "acceptance", "acceptance_curve", "LambdaFit", "tune_lambda_rows", "TuningSettings", "tune_lambda",
            "interpolated_pair", "SweepConfig", "Comparison", "comparisons", "PaperPoint", "PAPER_POINTS",
            "implied_acceptance", "paper_points", "race_parents", "sequoia_shapes", "star_batch_frame", "sweep_frames",
            "sweep_gains", "run_sweep", "range_verdict", "SweepResult"]
@@ -125,19 +125,33 @@ def _as_pair(pair_or_models) -> "E.Pair":
     return E.Pair(target, draft, kind, f"{getattr(target, 'name', 'target')} / {getattr(draft, 'name', 'draft')}")
 
 
-def tune_lambda(pair_or_models, prompts: Sequence["E.PromptIds"], goal: float, temperature: float = 1.0,
-                max_new_tokens: int = 32, seed: int = 0, tol: float = 1e-3, rows=None,
-                progress: bool = False) -> LambdaFit:
+@dataclass(frozen=True)
+class TuningSettings:
+    """How `tune_lambda` measures and bisects: the temperature of the matched rows (> 0), the tokens the
+    target generates per prompt, the seed of its sampling, the tolerance on the goal acceptance, a progress bar."""
+
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    seed: int = 0
+    tol: float = 1e-3
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if float(self.temperature) <= 0.0:
+            raise ValueError("tune_lambda needs temperature > 0 (at T = 0 every row is one-hot)")
+
+
+def tune_lambda(pair_or_models, prompts: Sequence["E.PromptIds"], goal: float,
+                settings: TuningSettings = TuningSettings(), rows=None) -> LambdaFit:
     """lam of the synthetic draft with per-token acceptance ``goal`` (`tune_lambda_rows`) on matched rows
     of ``pair_or_models`` (an `experiments.Pair` or a (target, draft) tuple) along the target's own
-    continuations of ``prompts`` (`experiments.matched_rows`, top-p 1). ``rows``: precomputed (P, Q)."""
-    if float(temperature) <= 0.0:
-        raise ValueError("tune_lambda needs temperature > 0 (at T = 0 every row is one-hot)")
+    continuations of ``prompts`` (`experiments.matched_rows`, top-p 1), under ``settings``
+    (`TuningSettings`). ``rows``: precomputed (P, Q)."""
     if rows is None:
-        rows = E.matched_rows(_as_pair(pair_or_models), prompts, temperature, 1.0, max_new_tokens=max_new_tokens,
-                              seed=seed, progress=progress)
+        rows = E.matched_rows(_as_pair(pair_or_models), prompts, settings.temperature, 1.0,
+                              max_new_tokens=settings.max_new_tokens, seed=settings.seed, progress=settings.progress)
     P, Q = rows
-    return tune_lambda_rows(P, Q, goal, tol)
+    return tune_lambda_rows(P, Q, goal, settings.tol)
 
 
 def interpolated_pair(pair: "E.Pair", lam: float) -> "E.Pair":

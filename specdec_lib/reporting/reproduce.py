@@ -39,7 +39,7 @@ A run with overridden parameters (``parameters=`` / ``-p``; ``num_threads``, whi
 `EXECUTION_PARAMETERS`, does not count) writes to ``reports/custom/`` and
 ``data/results/custom/`` instead (``reports/smoke/custom/`` ... for smoke), and neither such a run nor a
 smoke run may write into the published folders, even when they are named explicitly, unless
-``publish=True`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
+``RunOptions(publish=True)`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
 before anything runs: ``profile`` is not a parameter (it picks the models and the folders; pass
 ``profile=``), and a name no selected notebook declares is a ValueError; so are the values and folders
 `destinations.check_run` refuses (``num_threads`` 0, an empty or non-finite ``temperatures``, real models
@@ -65,7 +65,7 @@ import signal
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -111,6 +111,30 @@ KERNEL_ENV = {
     "PYTHONWARNINGS": "ignore:IProgress not found:Warning",
 }
 """Environment of the notebook kernel under the runner: report-friendly output (no bars, inline figures)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how `reproduce` and `run_notebook` write and report: the reports and results folders (None:
+    `destinations`), the folder of the notebooks, progress bars, the notebooks' output streamed to the terminal,
+    the per-cell timeout in seconds (None: no limit), ``publish`` (let a run with parameters, or a smoke run,
+    write into the published folders) and ``jobs``, the notebooks `reproduce` runs at a time (None: the
+    profile's `PROFILE_JOBS`)."""
+
+    reports_dir: Path | str | None = None
+    results_dir: Path | str | None = None
+    notebook_dir: Path | str = NOTEBOOK_DIR
+    progress: bool = True
+    log_output: bool = False
+    execution_timeout: int | None = None
+    publish: bool = False
+    jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        check_timeout(self.execution_timeout)
+        jobs = self.jobs
+        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+            raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
 
 
 @dataclass
@@ -189,15 +213,14 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 
 def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, Any] | None = None,
-                 reports_dir: Path | str | None = None, results_dir: Path | str | None = None,
-                 notebook_dir: Path | str = NOTEBOOK_DIR, progress_bar: bool = True, log_output: bool = False,
-                 execution_timeout: int | None = None, publish: bool = False) -> NotebookRun:
+                 options: RunOptions = RunOptions()) -> NotebookRun:
     """Execute one notebook with papermill and publish its report, claims and results on success.
 
     The notebook gets ``profile`` and ``parameters`` injected after its ``parameters`` cell; every
     parameter must be declared there (`check_parameters`) and every argument passes `check_run` before
-    anything runs. Folders: `destinations` (with parameters, the ``custom/`` subfolders; the published
-    folders only with ``publish=True``). Nothing of a failed or interrupted run replaces the last good
+    anything runs. ``options``: folders, output and timeout (`RunOptions`; ``jobs`` is `reproduce`'s).
+    Folders: `destinations` (with parameters, the ``custom/`` subfolders; the published folders only with
+    ``publish=True``). Nothing of a failed or interrupted run replaces the last good
     report: the partial executed notebook of a failed run goes to ``<reports>/failed/<name>.ipynb`` (and
     ``.html``), and ``status.json`` records the error, both in `failures_dir` (for the published
     ``reports/``, its ``custom/`` run folder: a failure leaves the published files as they were); the
@@ -208,11 +231,12 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
     import papermill as pm
 
     check_profile(profile)
-    source = Path(notebook_dir) / f"{name}.ipynb"
+    source = Path(options.notebook_dir) / f"{name}.ipynb"
     if not source.exists():
         raise ValueError(f"no notebook {source}")
-    check_parameters([name], parameters, notebook_dir)
-    reports, results = check_run(profile, parameters, reports_dir, results_dir, publish, execution_timeout)
+    check_parameters([name], parameters, options.notebook_dir)
+    reports, results = check_run(profile, parameters, options.reports_dir, options.results_dir, options.publish,
+                                 options.execution_timeout)
     _quiet_papermill()
     params = {"profile": profile, **dict(parameters or {})}
     reports.mkdir(parents=True, exist_ok=True)
@@ -230,8 +254,8 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
                            "SPECDEC_RESULTS_DIR": str(stage / "results"),
                            "SPECDEC_PROFILE": profile}):
                 _execute(pm, str(source), str(executed), parameters=params, kernel_name=KERNEL,
-                         language="python", cwd=str(source.parent), progress_bar=progress_bar,
-                         log_output=log_output, execution_timeout=execution_timeout,
+                         language="python", cwd=str(source.parent), progress_bar=options.progress,
+                         log_output=options.log_output, execution_timeout=options.execution_timeout,
                          extra_arguments=list(KERNEL_ARGUMENTS))
             claims_file = stage / "claims" / f"{name}.json"
             if not claims_file.exists():
@@ -354,14 +378,11 @@ def _longest_first(names: list[str], reports: Path) -> list[str]:
 
 
 def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
-              parameters: Mapping[str, Any] | None = None, reports_dir: Path | str | None = None,
-              results_dir: Path | str | None = None, notebook_dir: Path | str = NOTEBOOK_DIR,
-              progress: bool = True, log_output: bool = False, execution_timeout: int | None = None,
-              publish: bool = False, jobs: int | None = None) -> list[NotebookRun]:
-    """Run the notebooks (all by default) one after another, or ``jobs`` at a time in separate processes
-    (None: the profile's `PROFILE_JOBS`; longest first by their last duration; each notebook keeps its own
-    ``num_threads``, so timings measured inside a notebook share the CPU with the other job), then write
-    ``index.html``.
+              parameters: Mapping[str, Any] | None = None, options: RunOptions = RunOptions()) -> list[NotebookRun]:
+    """Run the notebooks (all by default) one after another, or ``options.jobs`` at a time in separate
+    processes (None: the profile's `PROFILE_JOBS`; longest first by their last duration; each notebook keeps
+    its own ``num_threads``, so timings measured inside a notebook share the CPU with the other job), then
+    write ``index.html``. ``options``: folders, output, timeout and jobs (`RunOptions`).
 
     A notebook whose ``num_threads`` is not given gets `threads_per_notebook` of the notebooks running at
     once when that is above 1 (on a 2-core CPU: a notebook run alone takes both cores, two at a time keep
@@ -374,9 +395,8 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
     recorded and the next one runs.
     """
     check_profile(profile)
-    jobs = PROFILE_JOBS[profile] if jobs is None else jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    jobs = PROFILE_JOBS[profile] if options.jobs is None else options.jobs
+    notebook_dir = options.notebook_dir
     names = resolve_notebooks(notebooks, notebook_dir)
     per_notebook = check_parameters(names, parameters, notebook_dir)
     threads = threads_per_notebook(min(jobs, len(names)))
@@ -384,16 +404,17 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
         for name in names:
             if "num_threads" not in per_notebook[name] and "num_threads" in notebook_parameters(name, notebook_dir):
                 per_notebook[name] = {**per_notebook[name], "num_threads": threads}
-    reports, results_dir = check_run(profile, parameters, reports_dir, results_dir, publish, execution_timeout)
+    reports, results_dir = check_run(profile, parameters, options.reports_dir, options.results_dir, options.publish,
+                                     options.execution_timeout)
+    options = replace(options, reports_dir=reports, results_dir=results_dir)
     if jobs > 1 and len(names) > 1:
-        return _reproduce_parallel(names, jobs, profile, per_notebook, reports, results_dir, notebook_dir,
-                                   log_output, execution_timeout, publish)
+        return _reproduce_parallel(names, jobs, profile, per_notebook, options)
     before = _status_text(reports)
     runs = []
     try:
         # lazy: tqdm.auto probes for Jupyter widgets at import
         from tqdm.auto import tqdm
-        bar = tqdm(names, desc=f"notebooks ({profile})", unit="nb", disable=not progress)
+        bar = tqdm(names, desc=f"notebooks ({profile})", unit="nb", disable=not options.progress)
     except ImportError:  # tqdm is a dependency; keep the runner usable without it anyway
         bar = names
     try:
@@ -402,9 +423,7 @@ def reproduce(notebooks: Iterable[str] | None = None, profile: str = "default",
                 if hasattr(bar, "set_postfix_str"):
                     bar.set_postfix_str(name)
                 print(started_line(name, profile), flush=True)
-                run = run_notebook(name, profile, per_notebook[name], reports, results_dir, notebook_dir,
-                                   progress_bar=progress, log_output=log_output, execution_timeout=execution_timeout,
-                                   publish=publish)
+                run = run_notebook(name, profile, per_notebook[name], options)
                 runs.append(run)
                 print(finished_line(run, reports), flush=True)
     finally:  # an interrupted run still indexes what it published
@@ -501,20 +520,22 @@ def _worker_init(stop) -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
-def _worker_run(name: str, *args) -> NotebookRun | None:
+def _worker_run(name: str, profile: str, parameters: Mapping[str, Any], options: RunOptions) -> NotebookRun | None:
     """`run_notebook` in a worker, or None without running once the run has been stopped."""
     if _STOP is not None and _STOP.is_set():
         return None
-    print(started_line(name, args[0]), flush=True)
-    return run_notebook(name, *args)
+    print(started_line(name, profile), flush=True)
+    return run_notebook(name, profile, parameters, options)
 
 
-def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook: Mapping[str, Any], reports: Path,
-                        results_dir: Path, notebook_dir: Path | str, log_output: bool, execution_timeout: int | None,
-                        publish: bool) -> list[NotebookRun]:
-    """`reproduce` with ``jobs`` worker processes (spawned: each sets its own environment for its kernel).
+def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook: Mapping[str, Any],
+                        options: RunOptions) -> list[NotebookRun]:
+    """`reproduce` with ``jobs`` worker processes (spawned: each sets its own environment for its kernel;
+    ``options`` holds the checked folders, and the workers draw no progress bars).
     On Ctrl-C or SIGTERM: the stop event keeps queued notebooks from starting, the workers are sent
     SIGTERM (a KeyboardInterrupt there: the running notebooks clean up), and the interrupt propagates."""
+    reports, notebook_dir = Path(options.reports_dir), options.notebook_dir
+    worker_options = replace(options, progress=False)
     reports.mkdir(parents=True, exist_ok=True)
     before = _status_text(reports)
     order = _longest_first(list(names), reports)
@@ -525,8 +546,7 @@ def _reproduce_parallel(names: list[str], jobs: int, profile: str, per_notebook:
                                                   initargs=(stop,))
     try:
         with _sigterm_interrupts():
-            futures = [pool.submit(_worker_run, name, profile, per_notebook[name], reports, results_dir, notebook_dir,
-                                   False, log_output, execution_timeout, publish) for name in order]
+            futures = [pool.submit(_worker_run, name, profile, per_notebook[name], worker_options) for name in order]
             for future in concurrent.futures.as_completed(futures):
                 run = future.result()
                 runs[run.notebook] = run
@@ -548,7 +568,8 @@ __all__ = ["PROFILES", "PROFILE_JOBS", "EXECUTION_PARAMETERS", "design_parameter
            "started_line", "finished_line", "verdict_counts",
            "NOTEBOOK_DIR", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "KERNEL_ENV", "NotebookRun",
            "default_reports_dir", "default_results_dir", "destinations", "list_notebooks", "resolve_notebooks",
-           "notebook_parameters", "check_parameters", "NOT_A_LITERAL", "render_html", "run_notebook", "reproduce",
+           "notebook_parameters", "check_parameters", "NOT_A_LITERAL", "render_html", "RunOptions", "run_notebook",
+           "reproduce",
            "load_status", "index_rows", "build_index", "strip_stderr", "split_ci", "summary_paragraph",
            "claims_summary_html", "add_claims_summary", "previous_claims", "claim_changes", "index_changes",
            "machine_description"]
