@@ -308,11 +308,16 @@ def test_interleaved_timing_runs_every_arm_on_each_prompt_back_to_back_in_a_rota
     chain = rows[rows["arm"] == "chain"]
     assert (chain["steps"] == 2).all()
     with pytest.raises(ValueError, match="arms"):
-        E.interleaved_timing(pair, prompts, {}, progress=False)
+        E.interleaved_timing(pair, prompts, {}, seed=0, progress=False)
     with pytest.raises(ValueError, match=r"arms\['bad'\]"):
-        E.interleaved_timing(pair, prompts, {"bad": ("token", "chain:2")}, progress=False)
+        E.interleaved_timing(pair, prompts, {"bad": ("token", "chain:2")}, seed=0, progress=False)
     with pytest.raises(ValueError, match="real model pair"):
-        E.interleaved_timing(E.toy_pair(), prompts, arms, progress=False)
+        E.interleaved_timing(E.toy_pair(), prompts, arms, seed=0, progress=False)
+    with pytest.raises(TypeError):                                  # the seed has no default
+        E.interleaved_timing(pair, prompts, arms, progress=False)
+    for bad in (-1, 1.5, None):
+        with pytest.raises(ValueError, match="seed"):
+            E.interleaved_timing(pair, prompts, arms, seed=bad, progress=False)
 
 
 def test_prompts_for_never_returns_fewer_prompts_than_asked():
@@ -341,7 +346,7 @@ def test_interleaved_timing_records_round_inputs_once_per_prompt_before_its_roun
         calls.append(len(calls))
         return {"prof_target_1": 0.01 * len(calls), "prof_draft_1": 0.001}
 
-    rows = E.interleaved_timing(pair, prompts, arms, max_new_tokens=3, progress=False, round_inputs=measure)
+    rows = E.interleaved_timing(pair, prompts, arms, seed=0, max_new_tokens=3, progress=False, round_inputs=measure)
     assert calls == [0, 1, 2]  # one measurement per prompt's round
     by_prompt = rows.groupby("prompt_id")["prof_target_1"].agg(["min", "max"])
     assert list(by_prompt["min"]) == pytest.approx([0.01, 0.02, 0.03]) and (by_prompt["min"] == by_prompt["max"]).all()
@@ -349,9 +354,9 @@ def test_interleaved_timing_records_round_inputs_once_per_prompt_before_its_roun
     for bad, match in [(lambda: {}, "non-empty"), (lambda: {"seconds": 1.0}, "timing columns"),
                        (lambda: {"x": "fast"}, "not a number"), (lambda: {"x": float("nan")}, "not finite")]:
         with pytest.raises(ValueError, match=match):
-            E.interleaved_timing(pair, prompts, arms, max_new_tokens=3, progress=False, round_inputs=bad)
+            E.interleaved_timing(pair, prompts, arms, seed=0, max_new_tokens=3, progress=False, round_inputs=bad)
     with pytest.raises(ValueError, match="round_inputs"):
-        E.interleaved_timing(pair, prompts, arms, progress=False, round_inputs={"x": 1.0})
+        E.interleaved_timing(pair, prompts, arms, seed=0, progress=False, round_inputs={"x": 1.0})
 
 
 def test_target_nll_scores_each_timed_text_under_the_target(tiny_llama):
@@ -361,7 +366,7 @@ def test_target_nll_scores_each_timed_text_under_the_target(tiny_llama):
     pair = E.Pair(target, tiny_llama(64, name="tiny-draft"), "hf", "tiny")
     prompts = [E.PromptIds(f"p{k}", "c", torch.tensor([1, 2 + k, 3])) for k in range(2)]
     rows = E.interleaved_timing(pair, prompts, {"ar": None, "chain": ("token", "chain:2", "iid")}, max_new_tokens=4,
-                                progress=False)
+                                seed=0, progress=False)
     scored = E.target_nll(pair, prompts, rows)
     for prompt_id, generated, nll in zip(scored["prompt_id"], scored["generated"], scored["nll_per_token"]):
         text = [int(t) for t in generated.split()]

@@ -35,6 +35,11 @@ def test_directional_rule_and_the_one_meaning_of_partly():
     assert d(-0.01, -0.03, 0.02).detail.startswith("inconclusive")
     assert d(-0.02, -0.03, -0.01).detail.startswith("contradicted")
     assert d(0.0, -0.01, 0.01).verdict == "not reproduced"                   # a tie is not the claimed side
+    for rounding in (2e-16, -2e-16, 1e-10):                                  # an exact tie up to rounding:
+        tie = d(rounding, -abs(rounding), abs(rounding))                      # one verdict whatever the sign
+        assert (tie.verdict, tie.detail.startswith("a tie")) == ("not reproduced", True)
+        assert d(1.0 + rounding, 1.0, 1.0, null=1.0, exact=True).verdict == "not reproduced"
+    assert d(2 * V.TIE_TOLERANCE, -1e-9, 3e-9).verdict == "partly"        # beyond it: on the claimed side
     assert d(-0.03, -0.05, -0.01, direction="<").verdict == "reproduced"
     assert d(-0.03, -0.05, 0.01, direction="<").verdict == "partly"
     assert d(0.2, 0.1, 0.3, null=0.6).verdict == "not reproduced"            # threshold: acceptance >= 0.6
@@ -49,6 +54,9 @@ def test_equivalence_exact_every_and_trend_rules():
     assert V.decide_equivalence(0.001, -0.004, 0.006, 0.01).verdict == "reproduced"
     assert V.decide_equivalence(0.001, -0.02, 0.02, 0.01).verdict == "partly"
     assert V.decide_equivalence(0.02, 0.01, 0.03, 0.01).verdict == "not reproduced"
+    assert "contradicted" in V.decide_equivalence(0.02, 0.01, 0.03, 0.01).detail
+    wide = V.decide_equivalence(-0.18, -0.54, 0.19, 0.03)                  # no power: outside, but the CI holds 0
+    assert wide.verdict == "not reproduced" and "inconclusive" in wide.detail
     assert V.decide_exact(3e-15).verdict == "reproduced"
     assert V.decide_exact(2e-6).verdict == "not reproduced"
     ok, part, bad = (V.decide_directional(*x) for x in [(0.03, 0.01, 0.05), (0.03, -0.01, 0.05), (-0.01, -0.02, 0.0)])

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..arguments import check_int
 from ..decoding import autoregressive_generate, speculative_generate
 from ..progress import tqdm
 from ..sampling import process_logits
@@ -73,14 +74,15 @@ def timed_generation(pair: Pair, prompts: Sequence[PromptIds], verifier: str | N
                                     seed * 100_003 + k) for k, prompt in iterator])
 
 
-def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple | None],
-                       temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32, seed: int = 0,
+def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[str, tuple | None], *, seed: int,
+                       temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 32,
                        progress: bool = True, round_inputs: Callable[[], Mapping[str, float]] | None = None):
     """Wall-clock decoding of several arms, paired by prompt and interleaved in time: for each prompt every
     arm runs once, back to back, in an order rotated by one arm per prompt, so a slow spell of a shared
     machine falls on all arms of the prompts it covers (not on the arm that happened to run then) and no arm
     always runs first. ``arms``: name -> None (autoregressive) or (verifier, shape, sampling). Every arm
-    decodes prompt k with the same seed (``seed * 100_003 + k``, as `timed_generation`). Returns the rows of
+    decodes prompt k with the same seed (``seed * 100_003 + k``, as `timed_generation`); ``seed`` has no
+    default, so a notebook passes its data seed and a seed check times other texts. Returns the rows of
     `timed_generation` with the columns ``arm`` and ``order`` (the arm's place in its prompt's round).
 
     ``round_inputs``: None, or a function called once before each prompt's round whose {name: number} become
@@ -88,6 +90,7 @@ def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[s
     `hardware.round_profile`), taken in the same spells of the machine as the timings they predict, so that
     a rule can resample them with the prompts (`verdicts.SpeedupCheck` with a callable prediction)."""
     _check_timed_pair(pair)
+    seed = check_int("seed", seed, 0, 2 ** 40)
     if round_inputs is not None and not callable(round_inputs):
         raise ValueError(f"round_inputs must be None or a function returning {{name: number}}, got {round_inputs!r}")
     if not arms:

@@ -22,7 +22,8 @@ the claimed direction, or inside the equivalence margin) but the claim is not es
 reaches the null (or leaves the margin) under either of two bootstrap seeds, or the estimate is below the
 minimum effect that counts, or (trends only) two neighbouring cells are significantly reversed. A point
 estimate on the wrong side is "not reproduced" whatever the CI (the `Decision.detail` then says
-"contradicted" when the CI excludes the claimed side too, else "inconclusive, wrong side").
+"contradicted" when the CI excludes the claimed side too, else "inconclusive, wrong side"). An estimate
+within `TIE_TOLERANCE` (1e-9) of the null is a tie, "not reproduced" whatever the sign of its rounding.
 `power_statement` says whether the CI was narrow enough to detect the paper's effect ("decided") or not
 ("underpowered"), so an inconclusive verdict can be read correctly.
 
@@ -55,11 +56,11 @@ from .concavity import ConcavityCheck, slope_drop
 from .decisions import (Decision, cells_significantly_above, cells_significantly_below, decide_directional, decide_equivalence, decide_every,
                         decide_exact, decide_trend, power_statement)
 from .recording import SEED_DEPENDENT, STABLE_MARK, checked_claim, evaluate, seed_stability, to_claim
-from .rules import MIN_EFFECT, PARTLY, RULES, Rule
+from .rules import MIN_EFFECT, PARTLY, RULES, TIE_TOLERANCE, Rule
 from . import registry
 from .registry import annotate, entry_for, load_registry, size_of
 
-__all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "Decision", "decide_directional", "decide_equivalence",
+__all__ = ["Rule", "RULES", "PARTLY", "MIN_EFFECT", "TIE_TOLERANCE", "Decision", "decide_directional", "decide_equivalence",
            "decide_exact", "decide_every", "decide_trend", "power_statement", "cells_significantly_above",
            "cells_significantly_below", "ConcavityCheck", "slope_drop",
            "cluster_of", "paired_sums",

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..reporting.results import VERDICTS
-from .rules import MIN_EFFECT
+from .rules import MIN_EFFECT, TIE_TOLERANCE
 
 REPRODUCED, PARTLY_V, NOT_REPRODUCED, NA = VERDICTS[0], VERDICTS[1], VERDICTS[2], VERDICTS[3]
 
@@ -60,7 +60,9 @@ def decide_directional(estimate: float, ci_low: float, ci_high: float, direction
     """The superiority / noninferiority / threshold rule for "quantity > null" (or "<").
 
     ``exact=True``: the quantity has no sampling noise (the CI is the point). A missing CI (fewer than
-    two prompts) can never establish a sampled claim: the best verdict is then "partly"."""
+    two prompts) can never establish a sampled claim: the best verdict is then "partly". An estimate within
+    `TIE_TOLERANCE` of the null is a tie (two arms with one law, differing by float rounding) and is decided
+    as no effect: "not reproduced", whatever the sign of the rounding."""
     if direction not in (">", "<"):
         raise ValueError("direction must be '>' or '<'")
     estimate = float(estimate)
@@ -73,7 +75,9 @@ def decide_directional(estimate: float, ci_low: float, ci_high: float, direction
     e = sign * (estimate - null)
     clo, chi = (sign * (lo - null), sign * (hi - null)) if sign > 0 else (sign * (hi - null), sign * (lo - null))
     power = power_statement(lo, hi, paper_effect, source=effect_source) if paper_effect is not None and not exact else ""
-    if e <= 0.0:
+    if abs(e) <= TIE_TOLERANCE:
+        return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, f"a tie (|estimate - null| <= {TIE_TOLERANCE:g})", power)
+    if e < 0.0:
         detail = "contradicted (CI on the wrong side)" if not _nan(chi) and chi < 0 else "inconclusive, wrong side"
         return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, detail, power)
     if _nan(clo):
@@ -87,12 +91,16 @@ def decide_directional(estimate: float, ci_low: float, ci_high: float, direction
 
 def decide_equivalence(estimate: float, ci_low: float, ci_high: float, margin: float,
                        kind: str = "equivalence") -> Decision:
-    """The equivalence rule: reproduced when the CI lies inside (-margin, +margin)."""
+    """The equivalence rule: reproduced when the CI lies inside (-margin, +margin); a point estimate outside
+    the margin is "not reproduced", its detail saying "contradicted" when the whole CI is outside too, else
+    "inconclusive" (as the directional rule's wrong side)."""
     if not margin > 0:
         raise ValueError("margin must be > 0")
     estimate, lo, hi = float(estimate), float(ci_low), float(ci_high)
     if abs(estimate) >= margin:
-        return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, f"point estimate outside +-{margin:g}")
+        outside = not _nan(lo) and (lo >= margin or hi <= -margin)
+        detail = "contradicted (CI outside the margin)" if outside else "inconclusive (the CI reaches into the margin)"
+        return Decision(NOT_REPRODUCED, estimate, lo, hi, kind, f"point estimate outside +-{margin:g}, {detail}")
     if _nan(lo) or lo <= -margin or hi >= margin:
         return Decision(PARTLY_V, estimate, lo, hi, kind, f"CI not inside +-{margin:g}")
     return Decision(REPRODUCED, estimate, lo, hi, kind, f"CI inside +-{margin:g}")

@@ -21,6 +21,10 @@ MIN_EFFECT = {
 """Default minimum effects. A claim whose paper effect is smaller than twice the default uses half the
 paper's effect (`GainCheck.min_effect_for`): a rule must never demand more than the paper claims."""
 
+TIE_TOLERANCE = 1e-9
+"""A directional estimate within this of its null is a tie (equal laws up to float64 rounding): "not
+reproduced", so that the verdict of an exact tie does not follow the sign of the rounding."""
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -66,7 +70,8 @@ RULES: dict[str, Rule] = {
         _EXACT_TREE, _UNIT,
         "0.5% relative (half the paper's effect when that is below 1%)",
         "CI entirely beyond the null in the claimed direction and point estimate >= minimum effect",
-        PARTLY, "point estimate at or beyond the null on the wrong side"),
+        PARTLY, "point estimate at or beyond the null on the wrong side, or within 1e-9 of the null (a tie: "
+        "equal laws up to float rounding)"),
     "noninferiority": Rule(
         "noninferiority",
         "as superiority, for a '>=' claim (a theorem that A is never worse than B)",
