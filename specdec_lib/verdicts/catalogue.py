@@ -58,6 +58,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "trend"),
     ("02_traversal", "Throughput gain < acceptance gain",
      "checked_claim(SpeedupCheck traversal vs token on verify_s / steps, end to end)", "superiority"),
+    ("03_erss", "ERSS matches GSS under τ* at every drafted k", "checked_claim(EveryCheck of equivalence GainChecks, margin 5%)",
+     "every"),
     ("03_erss", "k = 1: GSS accepts the first draft at least as often as ERSS", "r_GSS(1) >= r_ERSS(1) - 1e-9",
      "exact"),
     ("03_erss", "C1 batch, k = 1: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
