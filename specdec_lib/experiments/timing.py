@@ -90,7 +90,7 @@ def interleaved_timing(pair: Pair, prompts: Sequence[PromptIds], arms: Mapping[s
     `hardware.round_profile`), taken in the same spells of the machine as the timings they predict, so that
     a rule can resample them with the prompts (`verdicts.SpeedupCheck` with a callable prediction)."""
     _check_timed_pair(pair)
-    seed = check_int("seed", seed, 0, 2 ** 40)
+    seed = check_int("seed", seed, 0, 2 ** 40)   # not check_seed: seed * 100_003 + k must stay a valid torch seed
     if round_inputs is not None and not callable(round_inputs):
         raise ValueError(f"round_inputs must be None or a function returning {{name: number}}, got {round_inputs!r}")
     if not arms:

@@ -21,9 +21,10 @@ MIN_EFFECT = {
 """Default minimum effects. A claim whose paper effect is smaller than twice the default uses half the
 paper's effect (`GainCheck.min_effect_for`): a rule must never demand more than the paper claims."""
 
-TIE_TOLERANCE = 1e-9
-"""A directional estimate within this of its null is a tie (equal laws up to float64 rounding): "not
-reproduced", so that the verdict of an exact tie does not follow the sign of the rounding."""
+TIE_TOLERANCE = MIN_EFFECT["exact"]
+"""A directional estimate within this of its null is a tie (equal laws up to float64 rounding, the exact
+rule's tolerance): "not reproduced", so that the verdict of an exact tie does not follow the sign of the
+rounding."""
 
 
 @dataclass(frozen=True)
