@@ -477,3 +477,24 @@ def test_spread_prompts_takes_every_kth_and_refuses_more_than_it_has():
         E.spread_prompts(prompts, 157, "timing_prompts")
     with pytest.raises(ValueError, match="count must be an integer >= 1"):
         E.spread_prompts(prompts, 0)
+
+
+def test_equal_size_pairs_match_sequoia_sizes_to_baselines_of_the_same_node_count():
+    assert E.equal_size_pairs([15, 17, 32], ["binary:4", "specinfer:4x4", "chain:8"]) == [
+        ("sequoia:15", "binary:4"), ("sequoia:17", "specinfer:4x4")]
+    with pytest.raises(ValueError, match="no baseline"):
+        E.equal_size_pairs([16, 32], ["binary:4", "specinfer:4x4"])
+    with pytest.raises(ValueError, match="baselines"):
+        E.equal_size_pairs([15], "binary:4")
+
+
+def test_fastest_arm_compares_each_arm_with_its_own_baseline_on_shared_prompts():
+    rows = [("a: autoregressive", "p0", 10, 1.0), ("a: x", "p0", 10, 0.8),        # a: x 1.25x
+            ("b: autoregressive", "p0", 10, 2.0), ("b: y", "p0", 10, 1.0),        # b: y 2.0x
+            ("b: y", "p9", 10, 100.0)]                                            # p9: no baseline run, left out
+    timing = pd.DataFrame(rows, columns=["arm", "prompt_id", "tokens", "seconds"])
+    assert E.fastest_arm(timing, {"a: x": "a: autoregressive", "b: y": "b: autoregressive"}) == "b: y"
+    with pytest.raises(ValueError, match="not timed"):
+        E.fastest_arm(timing, {"c: z": "a: autoregressive"})
+    with pytest.raises(ValueError, match="at least one"):
+        E.fastest_arm(timing, {})

@@ -39,8 +39,8 @@ from .setup import (DRAFT_MODEL, PROFILES, TARGET_MODEL, Pair, PromptIds, load_p
 from .stars import (INDEX_LAW_SCHEME, batch_tokens_by_context, ccdf, first_level_against_optimum, index_law_at_rows, kseq_rejection_from_rows,
                     positional_vector, capped_vector, sampled_accepted_lengths, single_draft_acceptance, star_index_law,
                     star_rejection_from_rows, star_views)
-from .summaries import bootstrap_ratio, fmt_gain, gain_verdict, paired_gain, summarize
-from .timing import TIMING_COLUMNS, interleaved_timing, target_nll, timed_generation
+from .summaries import bootstrap_ratio, equal_size_pairs, fmt_gain, gain_verdict, paired_gain, summarize
+from .timing import TIMING_COLUMNS, fastest_arm, interleaved_timing, target_nll, timed_generation
 from .traversal_checks import collect_depth_trend, collect_first_level, real_pair_check
 
 __all__ = ["block_token_gap_table", "hsd_exact_table", "model_gap_frame", "PROFILES", "TARGET_MODEL", "DRAFT_MODEL", "parse_param", "settings", "settings_table", "Pair",
@@ -49,7 +49,7 @@ __all__ = ["block_token_gap_table", "hsd_exact_table", "model_gap_frame", "PROFI
            "paired_tokens_at_shared_contexts", "rows_at_shared_contexts", "interleaved_timing", "target_nll", "TIMING_COLUMNS",
            "restrict_depth", "truncate_chain", "index_tuples",
            "restrict_to_shape", "RAO_BLACKWELLISED", "MEASURED_ONLY", "applicable", "paired_expected_tokens",
-           "summarize", "bootstrap_ratio", "star_views", "star_index_law", "positional_vector", "capped_vector",
+           "summarize", "bootstrap_ratio", "equal_size_pairs", "fastest_arm", "star_views", "star_index_law", "positional_vector", "capped_vector",
            "star_rejection_from_rows", "kseq_rejection_from_rows", "index_law_at_rows", "batch_tokens_by_context", "INDEX_LAW_SCHEME", "first_level_against_optimum",
            "single_draft_acceptance", "sampled_accepted_lengths", "ccdf", "paired_gain", "gain_verdict", "fmt_gain",
            "timed_generation",

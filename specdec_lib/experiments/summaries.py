@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..shapes import shape_nodes
 from ..verdicts.intervals import percentile_interval
 from ..reporting.results import verdict_from_ci
 
@@ -100,3 +101,17 @@ def fmt_gain(row: Mapping[str, Any]) -> str:
     if math.isnan(lo):
         return f"{g:+.2f}%"
     return f"{g:+.2f}% [{lo:+.2f}, {hi:+.2f}]"
+
+
+def equal_size_pairs(sizes: Sequence[int], baselines: Sequence[str]) -> list[tuple[str, str]]:
+    """("sequoia:N", baseline) for every baseline shape whose node count (root included, `shapes.shape_nodes`)
+    is one of the Sequoia ``sizes``: the trees a Sequoia tree is compared with at equal size. A ValueError
+    when no baseline matches any size (a comparison that could not be made must not pass silently)."""
+    if isinstance(baselines, str) or not baselines:
+        raise ValueError(f"baselines must be a non-empty list of shape strings, got {baselines!r}")
+    wanted = {int(n) for n in sizes}
+    pairs = [(f"sequoia:{shape_nodes(b)}", b) for b in baselines if shape_nodes(b) in wanted]
+    if not pairs:
+        raise ValueError(f"sizes {sorted(wanted)}: no baseline among {list(baselines)} has one of these node counts "
+                         f"({', '.join(f'{b}: {shape_nodes(b)}' for b in baselines)})")
+    return pairs

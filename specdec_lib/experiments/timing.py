@@ -161,3 +161,24 @@ def target_nll(pair: Pair, prompts: Sequence[PromptIds], timing, temperature: fl
         chosen = rows[torch.arange(len(text)), torch.tensor(text)]
         nll.append(float(-torch.log(chosen.clamp_min(1e-300)).mean()))
     return timing.assign(nll_per_token=nll)
+
+
+def fastest_arm(timing: pd.DataFrame, baseline_of: Mapping[str, str]) -> str:
+    """The arm of ``baseline_of`` (arm -> the arm it is timed against, e.g. its draft's autoregressive run)
+    with the highest pooled speedup sum(tokens) / sum(seconds) over its baseline's, on the prompts both ran:
+    the arm a claim then tests on other prompts (selection apart from confirmation, so the chosen arm's
+    speedup is not the maximum of its own noise). Ties go to the first arm in ``baseline_of``'s order."""
+    if not baseline_of:
+        raise ValueError("baseline_of must map at least one arm to its baseline")
+    missing = sorted({*baseline_of, *baseline_of.values()} - set(timing["arm"]))
+    if missing:
+        raise ValueError(f"baseline_of names arms that were not timed: {missing}")
+
+    def speedup(arm: str, baseline: str) -> float:
+        a, b = timing[timing["arm"] == arm], timing[timing["arm"] == baseline]
+        shared = set(a["prompt_id"]) & set(b["prompt_id"])
+        a, b = a[a["prompt_id"].isin(shared)], b[b["prompt_id"].isin(shared)]
+        return float((a["tokens"].sum() / a["seconds"].sum()) / (b["tokens"].sum() / b["seconds"].sum()))
+
+    speeds = {arm: speedup(arm, baseline) for arm, baseline in baseline_of.items()}
+    return max(speeds, key=speeds.get)
