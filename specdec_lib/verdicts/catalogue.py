@@ -51,6 +51,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "checked_claim(GainCheck traversal_rb vs token, RRSw-drafted trees)", "superiority"),
     ("02_traversal", "Tra.V > Tok.V on EAGLE's sparse tree drafted without replacement", "checked_claim(GainCheck traversal_rb vs token)",
      "superiority"),
+    ("02_traversal", "[second drafter] Tra.V > Tok.V", "checked_claim(GainCheck traversal_rb vs token, the second drafter)", "superiority"),
     ("02_traversal", "Gain grows with {shape} depth", "checked_claim(TrendCheck over depth, traversal_rb)", "trend"),
     ("02_traversal", "P(τ ≥ 1) is the same for Tra.V and Tok.V",
      "checked_claim(IdentityCheck traversal_rb vs token on p_accept_first)", "exact"),
