@@ -39,6 +39,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("01_asps", "n = 1: ASpS = SpS", "diff1 < 1e-9 (max per tree)", "exact"),
     ("01_asps", "n = {n}: ASpS > SpS in tokens per step", "checked_claim(GainCheck asps vs token, n)", "superiority"),
     ("01_asps", "n = {nmax}, {cat}: ASpS > SpS", "checked_claim(GainCheck, one category)", "superiority"),
+    ("01_asps", "[second drafter] n = {nmax}: ASpS > SpS in tokens per step",
+     "checked_claim(GainCheck asps vs token, n, the second drafter)", "superiority"),
     ("01_asps", "The gain generally grows with n", "checked_claim(TrendCheck over n = 2, 5, nmax)", "trend"),
     ("01_asps", "ATN saturates with n", "checked_claim(ConcavityCheck of SpS over n = 2, 5, nmax)", "trend"),
     ("01_asps", "PPL unchanged (distribution preserved)",
