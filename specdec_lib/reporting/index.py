@@ -16,6 +16,7 @@ from .contention import contention_note, overlapping_runs, run_span
 from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
 from .results import VERDICTS, Claim, atomic_write_text, claims_of, load_claims
+from .drafts import drafts_section
 from .rule_history import rule_changes_section
 from ..verdicts import SEED_DEPENDENT, STABLE_MARK
 from ..verdicts.registry import load_registry
@@ -205,7 +206,8 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     """Write ``<reports>/index.html`` from the claim files and run records; returns its path.
 
     It shows the run metadata (date, git revision, machine, profile, minutes per notebook), the verdict
-    counts per paper, the verdicts changed since the previous run (`previous_claims`), the registry's rule
+    counts per paper, the verdicts per draft (`drafts`), the verdicts changed since the previous run
+    (`previous_claims`), the registry's rule
     changes (`rule_history`), the notebooks and
     every claim, with a verdict filter (a small inline script; without it every row shows). ValueError naming
     ``reports_dir`` when it is not an existing folder (it is never created here)."""
@@ -218,7 +220,8 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     changed_keys = {(c["notebook"], c["paper"], c["claim"]) for c in changes if c["change"] != "removed"}
     counts = {v: sum(r["verdict"] == v for r in claim_rows) for v in VERDICTS}
     checks = data_seed_rows(reports / SEED_CHECKS, claim_rows, nb_rows)
-    out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows) + _changes_section(changes, baselines)
+    out = (_run_section(nb_rows, counts) + _paper_counts_section(claim_rows)
+           + drafts_section(load_registry(), claim_rows) + _changes_section(changes, baselines)
            + rule_changes_section(load_registry(), claim_rows) + _seed_section(claim_rows) + _data_seed_section(checks)
            + _notebooks_section(nb_rows)
            + _claims_section(claim_rows, counts, changed_keys))

@@ -42,7 +42,9 @@ class Entry:
     ``options`` its non-numeric settings (direction, cell rule); ``null_test`` is derived from the id;
     ``retired`` says why a claim the notebook no longer writes is still listed (a committed report holds it);
     ``size_note`` says why our gain is more than a factor of 2 from the paper's (pair, draft kind, setting);
-    ``wall_clock`` marks a claim decided on wall-clock times (labelled when timed beside another notebook)."""
+    ``wall_clock`` marks a claim decided on wall-clock times (labelled when timed beside another notebook);
+    ``repeats`` is the text (a prefix) of the claim of the same notebook that this one repeats with a second
+    drafter on the same prompts and seeds (the index sets the two verdicts side by side)."""
 
     id: str
     notebook: str
@@ -68,6 +70,7 @@ class Entry:
     defect: str = ""
     proposed_rule: Mapping[str, Any] = field(default_factory=dict)
     retired: str = ""
+    repeats: str = ""
 
     @property
     def rule_pending(self) -> bool:
@@ -114,6 +117,8 @@ def _entry(raw: Mapping[str, Any], defaults: Mapping[str, Any], notebook: str, p
         raise ValueError(f"{where}: parameters must map names to finite numbers, got {params!r}")
     if data.get("paper_number") is not None and not _number(data["paper_number"]):
         raise ValueError(f"{where}: paper_number must be a number")
+    if not isinstance(data.get("repeats", ""), str):
+        raise ValueError(f"{where}: repeats must be the text of the claim this one repeats")
     if data["owner"] == "workbook" and data.get("quote"):
         raise ValueError(f"{where}: a workbook claim has no paper quote")
     if not data.get("can_fail", True) and not (data.get("defect") and data.get("proposed_rule")):
