@@ -314,13 +314,24 @@ def test_load_model_dtype_and_device():
         load_model("smollm2-135m-instruct", dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="dtype torch.int8 is not supported"):
         load_model("smollm2-135m-instruct", dtype=torch.int8)
-    with pytest.raises(ValueError, match="dtype must be a torch dtype or a name"):
-        load_model("smollm2-135m-instruct", dtype=16)
+    for bad in (16, 16.0, ["bfloat16"]):  # a wrong type: a TypeError (that callers catching ValueError see too)
+        with pytest.raises(TypeError, match="dtype must be a torch dtype or a name"):
+            load_model("smollm2-135m-instruct", dtype=bad)
     with pytest.raises(ValueError, match="device 'meta'.*holds no weights"):
         load_model("smollm2-135m-instruct", device="meta")
     with pytest.raises(ValueError, match="device 'meta'"):
         load_model("smollm2-135m-draft", device=torch.device("meta"))
     assert time.perf_counter() - start < 2.0  # refused before anything loads
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m-draft", "smollm2-135m-eagle", "smollm2-135m-int4"])
+def test_load_model_refuses_a_target_that_is_no_loaded_model(name):
+    start = time.perf_counter()
+    with pytest.raises(TypeError, match="target must be a LanguageModel.*toy LM.*call load_model first"):
+        load_model(name, target=ContextIndependentLM([0.5, 0.5]))
+    with pytest.raises(TypeError, match=r"target must be a loaded LanguageModel.*load_model\('smollm2-135m-instruct'\)"):
+        load_model(name, target="smollm2-135m-instruct")
+    assert time.perf_counter() - start < 1.0  # refused before anything loads
 
 
 def test_model_folder_without_tokenizer(tmp_path):
