@@ -179,22 +179,16 @@ def failures_dir(profile: str, reports: Path) -> Path:
 # ----------------------------------------------------------------------------------------- parameter values
 
 def _check_dtype(name: str, value: str) -> str:
-    from ..models.hf import resolve_dtype  # the one list of dtypes a model can compute in
+    from ..models.hf import check_dtype  # lazy (torch); the one list of dtypes a model can compute in
 
-    try:
-        resolve_dtype(value)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+    check_dtype(name, value)
     return value
 
 
 def _check_device(name: str, value: str) -> str:
-    from ..models.hf import resolve_device
+    from ..models.hf import check_device  # lazy (torch)
 
-    try:
-        resolve_device(value)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+    check_device(name, value)
     return value
 
 
