@@ -21,6 +21,7 @@ from specdec_lib import cli
 from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
 from specdec_lib.reporting import results
+from specdec_lib.reporting.seed_checks import check_out_dir, record_seed_check
 
 PARAMETERS = ("profile = 'default'\nnum_threads = 1\nseeds = None\ntemperatures = None\ntarget_model = None\n"
               "draft_model = None\ndevice = None\ndtype = None")
@@ -290,6 +291,41 @@ def test_seed_check_of_a_smoke_run_is_refused_and_changes_no_published_file(tmp_
     err = capsys.readouterr().err
     assert "not comparable with its published report" in err and "profile 'smoke', not the published 'default'" in err
     assert (digest(seed_checks), published_status.read_bytes()) == before
+
+
+@pytest.mark.parametrize("out_dir, message", [
+    ("reports", "lies inside the published"),
+    ("reports/claims", "lies inside the published"),
+    ("data/results", "lies inside the published"),
+    ("a_file", "is a file, not a folder"),
+    ("a_file/below", "cannot be created"),
+])
+def test_seed_check_writes_only_to_the_seed_checks_folder_or_outside_the_published_tree(published, capsys, out_dir,
+                                                                                        message):
+    for path in ("reports/index.html", "reports/status.json", "reports/claims/01_asps.json",
+                 "data/results/seed_checks/01_asps_seed1.json"):
+        (published / path).parent.mkdir(parents=True, exist_ok=True)
+        (published / path).write_text("published")
+    (published.parent / "a_file").write_text("x")
+    run = published.parent / "seed_run"
+    results.save_claims("01_asps", [results.claim("asps", "a claim", 1, 1, True)], directory=run / "claims")
+    (run / "status.json").write_text(json.dumps({"01_asps": {
+        "notebook": "01_asps", "status": "ok", "profile": "default", "git_revision": "abc",
+        "parameters": {"profile": "default", "seeds": [1]}}}))
+    before = digest(published.parent)
+    where = published / out_dir if out_dir.startswith(("reports", "data")) else published.parent / out_dir
+    assert cli.main(["seed-check", "-n", "01_asps", "--run-dir", str(run), "--purpose", "x",
+                     "--out-dir", str(where)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out-dir: {where}") and message in err and len(err.strip().splitlines()) == 1
+    assert digest(published.parent) == before
+    with pytest.raises(ValueError, match=f"out_dir: .*{message}"):
+        record_seed_check(run, "01_asps", "x", out_dir=where)
+    assert digest(published.parent) == before
+    # the published seed-checks folder and folders outside the published tree pass this check
+    seed_checks = published / "data" / "results" / "seed_checks"
+    for ok in (seed_checks, published.parent / "elsewhere" / "new"):
+        check_out_dir("out_dir", ok)
 
 
 # ----- progress: one line as each notebook starts and ends; no kernel or papermill noise --------------------
