@@ -225,6 +225,26 @@ def test_a_read_only_reports_folder_is_refused_up_front(published, papermill, ca
     assert not papermill.calls and not (read_only / "run").exists()
 
 
+def test_index_refuses_a_read_only_reports_folder_up_front(published, capsys, monkeypatch):
+    read_only = published.parent / "read_only"
+    (read_only / "claims").mkdir(parents=True)
+    (read_only / "index.html").write_text("the last index")
+    read_only.chmod(0o555)
+    real_access = destinations.os.access  # root may write anyway: the check asks os.access, as a user's would
+    monkeypatch.setattr(destinations.os, "access",
+                        lambda path, mode: False if Path(path) == read_only else real_access(path, mode))
+    before = digest(read_only)
+    try:
+        assert cli.main(["index", "--reports-dir", str(read_only)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: reports_dir: {read_only} is not writable ({read_only} is read-only for this user)\n"
+        with pytest.raises(ValueError, match="reports_dir: .* is not writable"):
+            reports.build_index(read_only)
+        assert digest(read_only) == before
+    finally:
+        read_only.chmod(0o755)
+
+
 @pytest.mark.parametrize("folder, message", [("missing", "does not exist"), ("a_file", "is a file, not a folder"),
                                              ("published/reports/claims", "lies inside the published")])
 def test_index_refuses_a_missing_folder_a_file_or_a_published_subfolder(published, capsys, folder, message):
