@@ -20,7 +20,7 @@ import pytest
 from specdec_lib import cli
 from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
-from specdec_lib.reporting import results
+from specdec_lib.reporting import publication, results
 from specdec_lib.reporting.seed_checks import check_out_dir, record_seed_check
 
 PARAMETERS = ("profile = 'default'\nnum_threads = 1\nseeds = None\ntemperatures = None\ntarget_model = None\n"
@@ -126,6 +126,42 @@ def test_a_run_with_one_failure_publishes_the_other_notebook_only(published, pap
     assert status["01_good"] == status_before["01_good"] and status["02_other"] != status_before["02_other"]
     assert (published / "reports" / "01_good.html").read_bytes() == good_report
     assert not (published / "reports" / "failed").exists()
+
+
+def _outside(tree: dict[str, str], folder: str) -> dict[str, str]:
+    """``tree`` (a `digest`) without the files under a ``/<folder>/`` run folder."""
+    return {k: v for k, v in tree.items() if f"/{folder}/" not in k}
+
+
+@pytest.mark.parametrize("fail_at, error", [(2, OSError), (4, OSError), (5, OSError), (3, KeyboardInterrupt)],
+                         ids=["after-the-report", "at-the-data", "at-the-status", "ctrl-c-at-the-claims"])
+def test_publishing_is_all_or_nothing(published, papermill, monkeypatch, fail_at, error):
+    """An error part-way through publishing (a full disk, a folder it cannot write, Ctrl-C) undoes every move
+    made before it: the published tree is byte for byte as it was, and the run is recorded as failed."""
+    before = _publish_once(published, papermill)
+    real_move, moves = publication.move, []
+
+    def failing_move(src, dst):  # report, previous claims, claims, data, status.json: the 5 moves of 01_good
+        moves.append(Path(dst))
+        if len(moves) == fail_at:
+            raise error("No space left on device")
+        real_move(src, dst)
+
+    monkeypatch.setattr(publication, "move", failing_move)
+    options = reports.RunOptions(notebook_dir=_nbdir(published), progress=False, jobs=1)
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            reports.reproduce(["01_good"], "default", None, options)
+    else:
+        [run] = reports.reproduce(["01_good"], "default", None, options)
+        assert run.status == "failed" and "publishing failed and was undone" in run.error
+        assert "No space left on device" in run.error
+        assert reports.load_status(published / "reports" / "custom")["01_good"]["status"] == "failed"
+    assert len(moves) == fail_at
+    if fail_at == 2:  # the folder made for the previous claims (the first run had none) is gone again
+        assert not (published / "reports" / ".previous").exists()
+    assert _outside(digest(published), "custom") == before
+    assert not [p for p in published.rglob("*") if ".old-" in p.name or p.name.startswith(".stage-")]
 
 
 class InlinePool:
