@@ -48,6 +48,7 @@ class FakePapermill:
     def __init__(self):
         self.calls: list[dict] = []
         self.failing: set[str] = set()
+        self.interrupted: set[str] = set()
 
     def __call__(self, source, output, parameters=None, **kwargs):
         name = Path(source).stem
@@ -55,6 +56,9 @@ class FakePapermill:
         nbformat.write(nbformat.read(source, as_version=4), output)
         if name in self.failing:
             raise RuntimeError("set_num_threads expects a positive integer")
+        if name in self.interrupted:
+            results.save_claims(name, [results.claim("block", "half-way", 1, 1, True)])  # a partial output
+            raise KeyboardInterrupt
         results.save_results(f"{name}/numbers", {"x": 1}, {})
         results.save_claims(name, [results.claim("block", "c", 1, 1, True),
                                    results.not_applicable("block", "wall clock on TPUs", "+6%", "no TPU")])
@@ -162,6 +166,37 @@ def test_publishing_is_all_or_nothing(published, papermill, monkeypatch, fail_at
         assert not (published / "reports" / ".previous").exists()
     assert _outside(digest(published), "custom") == before
     assert not [p for p in published.rglob("*") if ".old-" in p.name or p.name.startswith(".stage-")]
+
+
+def test_a_successful_smoke_run_changes_nothing_published(published, papermill):
+    before = _publish_once(published, papermill)
+    assert cli.main(["reproduce", "--profile", "smoke", "--notebook-dir", _nbdir(published), "--no-progress"]) == 0
+    assert (published / "reports" / "smoke" / "index.html").is_file()
+    assert (published / "data" / "results" / "smoke" / "01_good").is_dir()
+    assert _outside(digest(published), "smoke") == before
+
+
+def test_an_interrupted_run_into_the_published_folders_changes_nothing_there(published, papermill, capsys):
+    before = _publish_once(published, papermill)
+    papermill.interrupted.add("01_good")
+    assert cli.main(["reproduce", "--notebook-dir", _nbdir(published), "--no-progress", "-j", "1"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert [c["notebook"] for c in papermill.calls[-1:]] == ["01_good"]  # 02_other never started
+    assert digest(published) == before
+    assert not list((published / "reports").glob(".stage-*"))
+
+
+def test_a_smoke_index_leaves_the_published_index_as_it_was(published, papermill, capsys):
+    before = _publish_once(published, papermill)
+    assert cli.main(["index", "--profile", "smoke"]) == 2  # no smoke run yet: refused, never created
+    assert "does not exist" in capsys.readouterr().err and digest(published) == before
+    reports.reproduce(None, "smoke", None, reports.RunOptions(notebook_dir=_nbdir(published), progress=False))
+    smoke_index = published / "reports" / "smoke" / "index.html"
+    smoke_index.write_text("stale")
+    capsys.readouterr()
+    assert cli.main(["index", "--profile", "smoke"]) == 0
+    assert capsys.readouterr().out.strip() == str(smoke_index) and smoke_index.read_text() != "stale"
+    assert _outside(digest(published), "smoke") == before
 
 
 class InlinePool:
