@@ -1,34 +1,23 @@
 """Drawing a draft tree from a draft model, one level per draft call.
 
-`draw_tree(shape_parents, root_token, draft_fn, sampling, generator)` grows the tree
-of a fixed shape (a parent list in level order, see `tree.level_order`) level by level: at level d it
-calls ``draft_fn`` once for all internal nodes of depth d (so a real model runs one tree-attention
-forward per level) and draws each node's children from its draft row:
+`draw_tree(shape_parents, root_token, draft_fn, sampling, generator)` grows the tree of a fixed shape (a
+parent list in level order, see `tree.level_order`) level by level: at level d it calls ``draft_fn`` once
+for all internal nodes of depth d (one tree-attention forward of a real model) and draws each node's
+children from its draft row (`draw_children`) by ``sampling``:
 
 * ``iid``: i.i.d. draws with replacement (SpecInfer, naive sampling); duplicate siblings may occur.
-* ``without_replacement``: an ordered sample without replacement (Sequoia, GSS): successive draws
-  from ``q`` restricted to the tokens not drawn yet. This has the law of Gumbel-top-k / exponential
-  sort (docs/methods/sequoia.md §2.5, which ``race`` below literally is) but needs one uniform per child
-  instead of V random numbers per node (inverse CDF on the cumulative sums, skipping the drawn
-  tokens' mass). When a node has more children than the draft has support, the remaining children
-  are uniform without replacement over the tokens not drawn yet (Sequoia's fallback;
-  `verifiers.token_level` and `verifiers.traversal` verify with the same rule).
+* ``without_replacement``: an ordered sample without replacement (Sequoia, GSS), one uniform per child,
+  uniform over the undrawn tokens once the draft's support is used up (Sequoia's fallback).
 * ``topk``: the k most probable draft tokens, ties to the lower token id (deterministic).
-* ``race``: ERSS (docs/methods/erss.md §2.6): one vector of Exp(1) arrival times ``e`` per internal node,
-  children = ``argsort(e / q)[:k]`` (Gumbel-top-k); the times are stored in ``DraftTree.race`` for
-  the verifier. A race cannot draft a token of draft probability 0, so more children than the
-  draft's support is an error. Leaf rows of ``race`` are placeholders (1.0): ERSS draws a fresh
-  race at a leaf.
+* ``race``: ERSS's exponential race (Gumbel-top-k), the arrival times stored in ``DraftTree.race``.
 
-`draw_forest(arms, root_token, draft_fn)` drafts several trees at one root in lockstep: one ``draft_fn``
-call per level serves the nodes of all of them (a real model runs max(depth) forwards, not the sum),
-while each tree keeps its own sampling scheme and generator, hence exactly its `draw_tree` draws.
-`forest_draws` is the same drafting as a generator of draft requests, for a caller that serves several
-forests' requests with one forward.
+`draw_forest(arms, root_token, draft_fn)` drafts several trees at one root in lockstep (one ``draft_fn`` call
+per level for all, each tree exactly its `draw_tree` draws); `forest_draws` yields the same draft requests
+for a caller that serves several forests with one forward.
+Every random number comes from ``generator`` (None is a ValueError). Leaf draft rows stay zero ("not computed").
 
-Every random number comes from the ``generator`` passed in (a ``torch.Generator``; None is a
-ValueError, never torch's global RNG). Leaf draft rows are left at zero ("not
-computed"); the draft is never run on the last level.
+The modes in full and the proposals the verifiers test them against: docs/ARCHITECTURE.md, "Drafting and
+sampling modes".
 """
 
 from __future__ import annotations

@@ -1,37 +1,22 @@
 """A SYNTHETIC draft family between a real draft and its target, for tokens-per-step experiments only.
 
-The project's distilled draft accepts about 0.34 per token at T = 1, far below the 0.6-0.8 of the papers'
-pairs. How a verifier's gain scales with acceptance needs no cheap draft: the expected tokens per step of
-a verifier on a drafted tree is an exact function of the tree's rows. So this module builds drafts of any
-acceptance at the same contexts by interpolating, geometrically, between the draft and the target:
+Drafts of any acceptance at the same contexts, by geometric interpolation of the draft q and the target p
+(their distributions at temperature 1, log-softmax of their logits):
 
-    log q_lam(x | c) = (1 - lam) * log q(x | c) + lam * log p(x | c) + const       (temperature 1)
+    log q_lam(x | c) = (1 - lam) * log q(x | c) + lam * log p(x | c) + const
 
-where q and p are the draft's and the target's distributions at temperature 1 (log-softmax of their
-logits). The objects here return exactly these mixed log-probabilities as "logits"; decoding then applies
-the sampling temperature T as to any draft (`sampling.process_logits`: ``softmax(logits / T)``), so the
-draft actually sampled from at temperature T is
-
-    q_lam,T(x) ∝ q(x)^((1 - lam) / T) * p(x)^(lam / T) ∝ q_T(x)^(1 - lam) * p_T(x)^lam,
-
-the SAME geometric mixture of the tempered draft q_T and the tempered target p_T (before top-p, which
-only the target gets). `mix_rows` applies the formula to already-tempered rows (e.g. `experiments.
-matched_rows`), which is how `regime.tune_lambda` finds lam without any extra model call.
-
-Zeros (a draft with a sub-vocabulary head, `subset_head.SubsetHead`, gives q = 0 outside its K tokens):
-for 0 <= lam < 1 a token with q(x) = 0 keeps q_lam(x) = 0 ((1 - lam) * -inf = -inf), so the family keeps
-the draft's support and its acceptance is at most the target's mass on that support (about 0.90 at T = 1
-for the offline draft's 8192-token head); lam = 1 is the target itself (full support; the family jumps
-there). A row whose supports do not meet (p = 0 on all of the draft's support, only possible for toy
-models with zeros) falls back to the draft's own row.
-
-Cost: every drafted level runs the draft AND a target forward (a second target session, separate from
-the verifying target's), so these drafts are slower than the target: NEVER use them for wall-clock
-figures. Their tokens per step are exact; their timings are meaningless.
+returned as "logits", so decoding at temperature T samples ``q_lam,T ∝ q_T^(1 - lam) * p_T^lam``, the same
+mixture of the tempered rows (before the target-only top-p). `mix_rows` applies it to already-tempered
+rows, which is how `regime.tune_lambda` finds lam without a model call. For lam < 1 the draft's zeros stay
+zeros; lam = 1 is the target. Each drafted level runs the draft AND a second target session: NEVER use
+these drafts for wall-clock figures (their tokens per step are exact, their timings meaningless).
 
 * `InterpolatedDraft` (hf): usable as the ``draft`` of `decoding.speculative_generate`,
   `experiments.collect_trees` / `matched_rows` (in a `experiments.Pair`).
 * `InterpolatedToyLM` (toys): the same mixture of two `synthetic.ToyLM`.
+
+Why, the zeros and supports, tuning and cost: docs/papers/regime_sweep.md, "The family"; docs/DRAFTS.md,
+"The synthetic family".
 """
 
 from __future__ import annotations

@@ -1,55 +1,23 @@
 """Run the notebooks with papermill, render them to HTML, and build ``reports/index.html``.
 
-Layout of a reports folder (``reports/`` for the ``default`` and ``full`` profiles, ``reports/smoke/`` for
-``smoke`` so a quick check never replaces the real reports):
+`reproduce` runs the selected notebooks (several at a time: `PROFILE_JOBS`, `threads_per_notebook`) and
+`run_notebook` one of them. A run is staged in a temporary folder and moved into place only when the notebook
+succeeded, all or nothing with its status record (`publication`: an error while publishing undoes every
+move), so a failure never overwrites the last good report. The kernel runs with `KERNEL_ENV` (no progress
+bars, inline figures), and stderr left in a notebook moves to ``logs/``. Ctrl-C or SIGTERM stops the whole
+run, parallel workers included, publishes nothing partial and exits with 130.
 
-```
-index.html              run metadata, verdict counts per paper, verdicts changed since the previous run,
-                        one row per notebook and one row per claim (filterable by verdict)
-<notebook>.html         the last good executed notebook, opening with its claims table and a summary
-claims/<notebook>.json  its claim records (`specdec_lib.reporting.results.save_claims`)
-status.json             per notebook: ok / failed, profile, start time, duration, git revision, machine, error
-logs/<notebook>.stderr.txt  anything the notebook still wrote to stderr (moved out of the report; counted)
-.previous/claims/       the claim files replaced by the latest runs (baseline of "changed since" when the
-                        reports folder is not tracked by git; otherwise git HEAD's claim files are the baseline)
-failed/<notebook>.ipynb the partial executed notebook of the last failed run (and .html), for inspection
-                        (not in the published reports/: see below)
-```
+``reports/`` and ``data/results/`` hold the reports of the notebooks' own settings. The smoke profile writes to
+``reports/smoke/``, a run with overridden parameters to a ``custom/`` folder, and neither may write into the
+published folders unless ``RunOptions(publish=True)`` (``--publish``). Parameters and folders are checked before
+anything runs (`check_parameters`, `destinations.check_run`).
 
-Reports are meant to read cleanly: the kernel runs with `KERNEL_ENV` (inline figures, progress bars and
-model-loading bars off; see `specdec_lib.progress`), and any stderr output left is moved to ``logs/``.
-
-A run stages everything (executed notebook, HTML, claims, result data) in a temporary folder and moves it
-into place only when the notebook succeeded, all or nothing with its status record (`publication`: an error
-while publishing undoes every move, and the run is recorded as failed), so a failing notebook never
-overwrites the last good report;
-its rows in the index are marked ``failed`` and link to the failed output. The staging folder is removed
-however the run ends (an error, Ctrl-C). A failure in a run into the published ``reports/`` changes nothing
-there: its partial notebook, its status record and an index showing it go to the profile's ``custom/`` run
-folder (`destinations.failures_dir`), and the published index is rebuilt only when a notebook was published.
-
-Progress: one line when each notebook starts and one when it ends, with its duration and verdict counts
-("02_traversal: done in 9.8 min, 9 reproduced / 0 partly / 0 not / 2 n.a."), or its error.
-
-Stopping: Ctrl-C (SIGINT) or SIGTERM to `reproduce` stops the whole run, parallel workers included: no
-further notebook starts, the running ones are interrupted (their kernels shut down, their staging folders
-removed, nothing of them published), the index is rebuilt from what was published before, and
-KeyboardInterrupt propagates (the command line exits with 130).
-
-Published results: ``reports/`` and ``data/results/`` hold the reports of the notebooks' own settings.
-A run with overridden parameters (``parameters=`` / ``-p``; ``num_threads``, which sets only the speed,
-`EXECUTION_PARAMETERS`, does not count) writes to ``reports/custom/`` and
-``data/results/custom/`` instead (``reports/smoke/custom/`` ... for smoke), and neither such a run nor a
-smoke run may write into the published folders, even when they are named explicitly, unless
-``RunOptions(publish=True)`` (``--publish``). Parameters are checked against each notebook's ``parameters`` cell
-before anything runs: ``profile`` is not a parameter (it picks the models and the folders; pass
-``profile=``), and a name no selected notebook declares is a ValueError; so are the values and folders
-`destinations.check_run` refuses (``num_threads`` 0, an empty or non-finite ``temperatures``, real models
-on the smoke profile, a reports folder inside the published tree, a file or a read-only folder ...).
+The reports folder's layout, progress lines, failures, stopping and publishing rules: docs/ARCHITECTURE.md,
+"Reports: reproduce and publishing".
 
 This module runs the notebooks and publishes their output; the pieces it uses (all re-exported here):
-`report_notebooks` (which notebooks, their parameters), `report_html` (one report's HTML and claims
-summary), `report_index` (``index.html``, run records, claims changed since the previous run).
+`notebooks` (which notebooks, their parameters), `destinations` (folders, profiles, run checks), `html` (one
+report's HTML and claims summary), `index` (``index.html``, run records, claims changed since the previous run).
 """
 
 from __future__ import annotations

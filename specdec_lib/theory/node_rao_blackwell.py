@@ -1,58 +1,23 @@
 """Token-level verification's expected tokens on a drafted tree with each node's children draw integrated out.
 
-Why. Two arms that draft different tree shapes at the same contexts (Sequoia's DP tree without replacement
-against SpecInfer's k x L sequences, i.i.d.) share no draws, so common random numbers do not couple them
-(`experiments.shared_contexts`) and their paired difference keeps the drafting noise of both. Most of that
-noise is local: whether the children drawn at a node happen to include the token the target wants there.
-This module removes it node by node, exactly in expectation.
+Two arms that draft different tree shapes at the same contexts (Sequoia's DP tree against SpecInfer's k x L
+sequences) share no draws, so their paired difference keeps the drafting noise of both. Most of it is local to
+each node's own draw, and this module removes it, exactly in expectation. With ``R_u`` the probability that the
+accepted path reaches node u and ``Abar_u = E[A_u | p_u, q_u]`` the probability that one of u's children is
+accepted once u is reached, averaged over u's own draw,
 
-The identity. For token-level recursive rejection sampling (SpecInfer, Sequoia; `verifiers.token_level`) on a
-drafted tree, let ``R_u`` be the probability that the accepted path reaches node ``u`` (``R_root = 1``) and
-``A_u`` the probability that one of u's children is accepted once u is reached. The verifier emits the
-accepted drafts plus one token, so
+    E[tokens | context] = E[1 + sum_{u internal} R_u * Abar_u | context]        (`rao_blackwell_tokens`).
 
-    E[tokens | tree] = 1 + sum_{v != root} R_v = 1 + sum_{u internal} R_u * A_u,
+``Abar_u`` (`expected_node_acceptance`) is exact for i.i.d. children (`traversal_identity.first_level_acceptance_iid`)
+and for one child (1 - TV), else `theory.positional_acceptance` (exact or unbiased Monte Carlo); top-k children are
+not random. `path_reach` and `node_acceptance` give ``R_u`` and ``A_u`` from the exact law.
 
-since the children of u share ``R_u * A_u`` between them. Once u is reached the verifier tests u's children
-against the target row at u alone (no residual from above carries over), so ``A_u`` is a function of u's two
-rows (target ``p_u``, draft ``q_u``) and of the children drawn there. ``R_u`` depends on u's ancestors and their
-siblings, drawn before u's children. So, with ``Abar_u = E[A_u | p_u, q_u]`` (the children drawn by the tree's
-scheme, k_u of them),
+ERSS has the same structure (`rao_blackwell_erss`): ``Abar_u`` is the race index law's mass on the first k_u indices
+(`expected_race_acceptance`), and `erss_reach` integrates each single-child node's race out of ``R_u`` given the
+drafted tokens (`erss_drafted_acceptance`), so chains carry no race noise.
 
-    E[tokens | context] = E[1 + sum_u R_u * Abar_u | context]        (`rao_blackwell_tokens`),
-
-each term ``R_u * (A_u - Abar_u)`` having mean 0 given everything drafted outside u's subtree. The estimator
-keeps the noise of which nodes exist and of their rows, and drops the noise of every node's own draw.
-``Abar_u`` is exact for i.i.d. children (the SpecInfer multi-draft acceptance ``1 - prod_j (1 - beta_j)``,
-`traversal_identity.first_level_acceptance_iid`), exact without replacement for k <= 2 children at any
-vocabulary (and any k at tiny ones), and otherwise the Rao-Blackwellised Monte Carlo of
-`theory.positional_acceptance` (unbiased; its draws are independent of the tree's, so the estimator stays
-unbiased). Race-drawn children are tested by the token verifier in the order of sampling without replacement
-(`experiments.INDEX_LAW_SCHEME`); top-k children are not random (``Abar_u = A_u``).
-
-ERSS (`verifiers.erss`) has the same structure (`rao_blackwell_erss`): once its walk reaches u it emits the
-winner of u's own race under ``p_u`` and descends when that winner is one of u's children, the first k_u
-arrivals of the same race under ``q_u``. So ``A_u`` depends on u's rows and u's race only, and ``R_u`` on what
-was drawn before. ``Abar_u`` is the race index law's mass on the first k_u indices: ERSS's first acceptance in
-closed form for one child (`theory.erss_first_acceptance`), otherwise `theory.positional_acceptance(...,
-"race")` (exact at tiny vocabularies, else unbiased Monte Carlo with the race integrated out,
-docs/methods/erss.md §5.4). Given the races ``R_u`` is 0 or 1, a noisy indicator; `erss_reach` takes its
-expectation given the drafted tokens wherever that has a closed form. Along an edge from a node with ONE child
-y (a chain: y is the race's winner under q), the race given that winner still decides whether its winner under
-p is y too, with probability ``erss_joint_acceptance(p, q)[y] / q_y`` (`erss_drafted_acceptance`), and distinct
-nodes' races are independent given the tokens; so ``R_u`` is the product of these along the path, like
-token-level's product of min(1, p/q). From a node with several children the realised 0/1 of its race is kept
-(unbiased either way). On chains this leaves no race noise at all: the value is a smooth function of the
-drafted tokens, as token-level's is, so the two verifiers' difference on the same chain loses the 0/1 noise.
-Its cost on the offline pair (V = 49,152): 16 ms per one-child node (one sort, memoised by the rows across
-nested views of a tree), 72 ms per node with more children (the race law's 32 enumerated winners) per view: 03's
-sequences and SpecInfer trees (one node with several children) read it, and so do 06's race-drawn Sequoia
-trees; 03's τ* trees, whose root has many children, read the exact values. Token-level's one-child nodes take the closed form 1 - TV.
-
-Measured on the real pair (quantized draft, 32 contexts, Sequoia's 32-node DP tree and SpecInfer's 4 x 7):
-the variance of one tree's value at a context fell by 38% (Sequoia) and 47% (SpecInfer), and the variance of
-the two arms' per-context difference by 45%. tests/test_node_rao_blackwell.py proves the identity by
-enumerating every drafted tree on toy pairs, with a broken control.
+Derivation, cases, cost and measured variance reduction: docs/methods/sequoia.md §6, "Comparing trees of
+different shapes". tests/test_node_rao_blackwell.py proves the identity by enumeration on toy pairs.
 """
 
 from __future__ import annotations

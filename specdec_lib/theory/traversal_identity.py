@@ -1,69 +1,22 @@
 """What exactly "Tra.V and Tok.V have the same P(tau >= 1)" says, and exact per-context quantities.
 
 The identity (Traversal Verification, Lemma A.2 and the "same starting line" remark of §3.3;
-docs/methods/traversal.md §3.4 P3) is an identity IN EXPECTATION OVER THE DRAFTING OF THE SUBTREES, not per
-drafted tree (the spec's P5: per tree the two differ, by up to ~0.9 in P(tau >= 1) on the real pair).
-Precisely:
+docs/methods/traversal.md §3.4 P3) holds IN EXPECTATION OVER THE DRAFTING OF THE SUBTREES, not per
+drafted tree (P5: per tree the two differ, by up to ~0.9 in P(tau >= 1) on the real pair):
 
-**Lemma A.2 at one node.** Let node ``u`` reach its visit with sequence rate ``rho`` and current target
-row ``r`` (normalised), and let its ``k`` children be drawn from the draft row ``q`` at ``u`` (i.i.d. or
-without replacement), each child's own subtree drawn the same way from the rows below it. Then,
-averaged over the drafting of everything below ``u``,
+* Lemma A.2 at one node: a node reached with rate ``rho`` lies on the accepted path with probability ``rho``
+  on average over the drafting below it (`node_subtree_acceptance_iid_leaves`, `node_subtree_acceptance_enumerated`).
+* Given the root's children, E[P_traversal(tau >= 1)] = P_token(tau >= 1) of the same tree. With k i.i.d.
+  root children both are ``1 - prod_j (1 - beta_j)``, ``beta_j = sum_x min(r_{j-1}(x), q(x))``,
+  ``r_0 = p``, ``r_j = norm([r_{j-1} - q]_+)`` (`first_level_acceptance_iid`, `first_level_acceptance`).
+* Level by level, E[P^(D)(tau >= l) | levels <= l] = P^(l)(tau >= l), the tree cut after level l
+  (`rao_blackwell_ccdf`; its sum is `rao_blackwell_expected_tokens`; `control_variate_ccdf` builds on it).
 
-    E[ P(traversal accepts a path through u, u included) ] = rho,
+So the paired per-tree difference of P(tau >= 1) is drafting noise of mean zero (`first_level_decomposition`,
+`first_level_frame`, `martingale_z`); `depth_trend_frame` gives the depth trend.
 
-whatever the rows below ``u`` are. Proof: traversal at ``u`` is ordinary recursive rejection sampling
-(RRS) of the extended target ``B = (rho * r, bottom: 1 - rho)`` with proposals from ``q`` (App. F);
-the subtree of child ``c`` acts as a coin whose success probability averages, by induction, to
-``min(1, B(x_c) / D(x_c))``; the RRS output is multilinear in these independent coins, so replacing
-them by their means leaves the expectation unchanged, and RRS outputs a real token (not bottom)
-with probability ``sum(B[real]) = rho``. The updates of ``u``'s state after a rejected child (Eqs.
-1-3) depend only on ``u``'s state and the child's token, never on what happened inside its subtree.
-
-**Per-context consequence (root children fixed).** At the root (``rho = 1``) traversal and token-level
-RRS test the same children with the same rates ``min(1, r(x)/D(x))`` and the same residual updates,
-so given the root's children
-
-    E[ P_traversal(tau >= 1) | root children ] = P_token(tau >= 1 | root children),
-
-the expectation being over everything drafted below level 1. So the Rao-Blackwellised traversal
-P(tau >= 1) of a drafted tree is token's P(tau >= 1) of the same tree, EXACTLY, and the paired
-difference of the two verifiers' P(tau >= 1) has conditional mean 0 at every context: it is pure
-drafting noise, not an effect. With i.i.d. root children it even has a closed form in the two root
-rows alone (`first_level_acceptance_iid`): the SpecInfer multi-draft acceptance
-``1 - prod_j (1 - beta_j)``, ``beta_j = sum_x min(r_{j-1}(x), q(x))``, ``r_0 = p``,
-``r_j = norm([r_{j-1} - q]_+)`` (the residual does not depend on which token was rejected).
-
-**Deeper levels (the depth trend).** The same argument one level down gives, for every level l,
-
-    E[ P_traversal^{(D)}(tau >= l) | levels <= l ] = P_traversal^{(l)}(tau >= l),
-
-where ``(D)`` is the tree of depth D and ``(l)`` the same tree restricted to its first l drafted levels
-(`specdec_lib.tree.restrict_depth`): below level l traversal only ever consumes each level-l
-node's subtree through one coin of mean rho. Token-level verification never looks below level l to
-decide tau >= l, so for it the two sides are equal per tree. `rao_blackwell_ccdf` returns this
-conditional expectation per level; its sum ``1 + sum_l`` is an unbiased, lower-variance estimate of
-traversal's expected tokens (`rao_blackwell_expected_tokens`).
-
-Assumptions (each one breaks the identity when violated; the tests pin them):
-
-* every node's children were drawn from exactly the draft row the verifier is given for that node
-  (the verifier's proposal rule matches ``tree.sampling``; a sub-vocabulary draft is fine: its row
-  is 0 off the subset and the children are drawn from it);
-* the subtrees of different children are drawn independently given their tokens (i.i.d. drafting,
-  or without-replacement drafting at each node: both are fine);
-* target rows may be anything (top-p on the target only is fine): the identity never uses them
-  below the node where it is applied.
-
-Not assumed: that the target rows below level 1 are the ones the draft rows were computed at, any
-relation between p and q, or context independence.
-
-What it means for the report (`specdec_lib.verdicts`): the paired per-tree difference of P(tau >= 1)
-has conditional mean zero but a skewed, heavy-tailed law (most trees slightly negative, a few large
-positive jumps when a grandchild with a small draft probability is drawn), so a percentile bootstrap
-over a handful of prompts undercovers it; the claim is checked exactly instead (Rao-Blackwellised
-difference = 0 per tree) and the sampled difference is reported with the number of trees it would
-need.
+Proof, assumptions and what it means for the verdicts: docs/methods/traversal.md §6,
+"Lemma A.2 in expectation: what the library relies on".
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR'25,
 Algorithm 2; docs/methods/block.md §2.2), on chains.
 
-Notation (docs/methods/block.md): the chain holds drafts ``x_1..x_g`` (g = gamma), draft rows
-``Q[0..g-1]`` (``Q[i]`` is the distribution ``x_{i+1}`` was drawn from) and target rows ``P[0..g]``.
-With the likelihood ratios ``r_i = P[i-1][x_i] / Q[i-1][x_i]`` the weights are
+Notation (docs/methods/block.md): drafts ``x_1..x_g`` (g = gamma), draft rows ``Q[0..g-1]`` (``Q[i]`` is
+the distribution ``x_{i+1}`` was drawn from), target rows ``P[0..g]``, ratios ``r_i = P[i-1][x_i] / Q[i-1][x_i]``.
+The weights, one cumsum / cummax in log space:
 
-    p_0 = 1,  p_i = min(1, p_{i-1} r_i) = exp(S_i - max_{j<=i} S_j),  S_i = sum_{k<=i} log r_k,
+    p_0 = 1,  p_i = min(1, p_{i-1} r_i) = exp(S_i - max_{j<=i} S_j),  S_i = sum_{k<=i} log r_k.
 
-computed here as one cumsum / cummax in log space (no loop). Each sub-block length i < g is
-accepted with probability ``h_i = R_i / (R_i + 1 - p_i)`` (Eq. 5), where
-``R_i = sum_x max(p_i P[i][x] - Q[i][x], 0)``, with ``h_i = 0`` when ``R_i = 0`` (the 0/0 case,
-where ``P[i] == Q[i]``); the whole block with ``h_g = p_g``. The verifier keeps the LONGEST accepted
-sub-block (no early break), so with ``h_0 = 1``
+Sub-block i < g is accepted with ``h_i = R_i / (R_i + 1 - p_i)``, ``R_i = sum_x max(p_i P[i][x] - Q[i][x], 0)``
+(Eq. 5; 0 when ``R_i = 0``), the whole block with ``h_g = p_g``; the LONGEST accepted sub-block is kept, so
+``P(tau = t | x) = h_t * prod_{j=t+1..g} (1 - h_j)`` with ``h_0 = 1``. The extra token comes from ``P[g]``
+when ``tau = g``, else from ``max(p_tau P[tau] - Q[tau], 0)`` (Eq. 4), or ``P[tau]`` if that has no mass.
 
-    P(tau = t | x) = h_t * prod_{j=t+1..g} (1 - h_j),
+The helpers (`chain_rows`, `chain_inputs`, `log_block_weights`, `residuals`, `tau_law`, `tau_probs`,
+`law_from_weights`, `sample_from_weights`) are shared with `asps` and `greedy_block`.
 
-and the extra token is drawn from ``P[g]`` (bonus) when ``tau = g``, else from the reweighted
-residual ``max(p_tau P[tau] - Q[tau], 0)`` (Eq. 4; for tau = 0 the standard residual). A residual
-with no mass (a measure-zero event) falls back to ``P[tau]``, so no NaN is ever produced.
-
-Only the weights are computed sequentially in closed form; the appendix-A sketch of the paper is
-NOT ported (it misses the final step i = g and is not lossless, docs/methods/block.md §2.2).
-
-The samplers work on the rows as stored (float32 model rows stay float32: one ``[g, V]`` residual
-pass, the weights and ``h`` in float64, the token drawn by inverting its CDF); the exact laws upcast
-to float64 and renormalise the rows first.
-
-The helpers (`chain_rows`, `chain_inputs`, `log_block_weights`, `residuals`, `tau_law`,
-`tau_probs`, `law_from_weights`, `sample_from_weights`) are shared with `asps` and
-`greedy_block`.
+Precision of the samplers and laws, edge cases, and why the paper's Appendix-A sketch is not ported:
+docs/methods/block.md §2.9, "In the library".
 """
 
 from __future__ import annotations

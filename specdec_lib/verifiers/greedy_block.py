@@ -2,40 +2,21 @@
 Algorithms 4-6; docs/methods/block.md §2.4-2.6), on chains.
 
 Algorithm 4 is block verification with the UNCLIPPED joint ratio ``p~_i = M_b(x^i|c) / M_s(x^i|c)``
-as weight: ``h_i = 1`` when ``p~_i > 1``, else ``R_i / (R_i + 1 - p~_i)``; ``h_g = min(1, p~_g)``;
-the extra token comes from ``max(p~_tau P[tau] - Q[tau], 0)`` (Eq. 30). It reaches the maximal
-coupling of every prefix in one iteration (Lemma 9) but is lossless only if the target of the
-following positions is modified (Algorithm 5, joint-probability reading, docs/methods/block.md §2.5):
-after a step from block start c emitted ``A = (x^tau, Y)``, for the next ``H = g - tau - 1``
-positions
+as weight, the extra token from ``max(p~_tau P[tau] - Q[tau], 0)`` (Eq. 30). It reaches the maximal
+coupling of every prefix in one iteration (Lemma 9) but is lossless only with Algorithm 5: after a step
+from block start c emitted ``A = (x^tau, Y)``, the next ``H = g - tau - 1`` positions become
 
     M_new(x | c, A, z) ∝ max(rho * M(x | c, A, z) - M_s(x | c, A, z), 0),
     rho = M(A, z | c) / M_s(A, z | c)   (joint probabilities since the block start c),
 
-where ``M`` is the target that verified that step (itself possibly modified: the modifications
-compose, Algorithm 6). Beyond its horizon a modification leaves the target unchanged.
+with ``M`` the target that verified that step (modifications compose, Algorithm 6).
 
-State carried in ``Outcome.state`` (`GreedyBlockState`, ``None`` when nothing is pending): one
-`PendingModification` per earlier step whose horizon reaches into the next block, oldest first, each
-holding just
+The modifications pending for the next block travel in ``Outcome.state`` (a `GreedyBlockState` of
+`PendingModification`: the two log joints and the positions left; ``None`` when nothing is pending).
+`verify(tree, gen, state)` applies them to the tree's rows (`modified_targets`), runs Algorithm 4 and
+returns the next state (`next_state`); ``law(tree, state)`` is the exact law of (tau, Y) given both.
 
-* ``log_target``: log M(emitted tokens since its block start | block start), under the target ``M``
-  that verified that step,
-* ``log_draft``: log M_s(the same tokens | block start),
-* ``remaining``: how many positions of the next block it still modifies.
-
-That is all Algorithm 5 needs: the next tree holds the unmodified target rows and the draft rows
-along its path, which extend both joints position by position. `verify(tree, gen, state)` first
-rebuilds the current target rows from the tree's rows by applying the pending modifications
-oldest first (each one's ``rho`` uses the target as it was before that modification), then runs
-Algorithm 4 on them, then returns the new state (`next_state`): every pending modification's
-joints are extended by the emitted tokens (``remaining -= tau + 1``; it is dropped at 0) and the
-step's own modification (``remaining = g - tau - 1``) is appended. A context where a modified row
-has no mass is unreachable under the modified target; its row falls back to the unmodified one.
-
-``law(tree, state)`` is the exact law of (tau, Y) given the tree and the state; the decode loop
-only threads ``verdict.state``. The draft rows at the leaf are needed only if a pending
-modification outlives a shorter next tree (the draft length changed); then they must be given.
+The state, its update and the edge cases: docs/methods/block.md §2.9, "In the library".
 """
 
 from __future__ import annotations

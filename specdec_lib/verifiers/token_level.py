@@ -11,22 +11,10 @@ drawn from; with the current target residual ``R`` (initially ``p_i``)::
     otherwise R <- norm(max(R - D_j, 0))                       (uses D_j BEFORE x is removed)
     if every child is rejected: extra token ~ R                (a leaf: extra token ~ p_i)
 
-This is lossless for any *adaptive* sequence of proposals ``D_j`` as long as child ``j`` really was
-drawn from ``D_j`` given the earlier children. Which ``D_j`` applies is fixed by ``tree.sampling``:
-
-* ``iid`` (SpecInfer, naive sampling with replacement): ``D_j = q_i`` for every j (RRS).
-* ``without_replacement`` (Sequoia Algorithm 1, GSS): ``D_1 = q_i`` and ``D_{j+1}`` is ``D_j`` with
-  ``x_j`` zeroed and renormalised; once the draft support is used up, ``D_{j+1}`` is uniform over the
-  tokens not yet drawn (Sequoia's uniform fallback, the same rule `drafting.draw_tree` draws with).
-* ``race`` (ERSS drafting): the children are the first arrivals of an exponential race under ``q_i``,
-  i.e. a Gumbel-top-k sample, which has exactly the law of sampling without replacement. The
-  without-replacement rule applies; the stored race times are not used (fresh uniforms decide), so on
-  a race tree this is the paper's GSS baseline.
-* ``topk``: the children are the draft's deterministic top-k, so the distribution that proposed child
-  ``j`` is the point mass on ``x_j``. RRS against point masses accepts ``c_j`` with probability
-  ``R[x_j]`` and removes ``x_j`` from ``R``: the same law as drawing ``y ~ p_i`` once and following
-  the child with token ``y`` (Sequoia's top-k baseline, docs/methods/sequoia.md §2.9; see ``match``).
-  Using ``q_i`` itself here would be lossy (the children were not drawn from it).
+Lossless for any adaptive sequence of proposals as long as child ``j`` really was drawn from ``D_j``.
+``tree.sampling`` fixes ``D_j`` (`proposal_rule`, `Proposal`): ``iid`` keeps ``q_i``; ``without_replacement``
+and ``race`` zero each tried token (uniform over the untried tokens past the draft's support); ``topk`` uses
+the point mass on each child. Table and reasons: docs/ARCHITECTURE.md, "Drafting and sampling modes".
 
 Exact law given the tree (`law`): every coin is replaced by its probability; the residual updates
 are deterministic, so the recursion costs O(N V).

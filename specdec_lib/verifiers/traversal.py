@@ -1,36 +1,23 @@
 """``traversal``: Traversal Verification (Weng et al., NeurIPS 2025, Algorithm 3; docs/methods/traversal.md §2.4).
 
-The tree is visited in post-order DFS with children in sampling order (leaves first, then up to the
-root). Every node carries a *sequence-level* acceptance rate ``rho``; the root has ``rho = 1`` and a
-child ``c`` (token ``x``) of node ``u`` gets, from ``u``'s *current* state,
-
-    rho(c) = min(1, rho(u) * Mb(x|u) / Ms(x|u)).
-
-A node is tested only after all its children's subtrees were rejected; it is accepted with
-probability ``rho`` and then the whole root..node path is accepted, with the extra token drawn from the
-node's current target row. When the subtree of child ``c`` is rejected, node ``u`` is updated with
-Eqs. (1)-(3), all on the current values:
+The tree is visited in post-order DFS with children in sampling order. Every node carries a sequence-level
+rate ``rho``: ``rho(root) = 1`` and a child ``c`` (token ``x``) of ``u`` gets, from u's *current* state,
+``rho(c) = min(1, rho(u) * Mb(x|u) / Ms(x|u))``. A node is tested only after all its children's subtrees
+were rejected; it is accepted with probability ``rho``, and with it the whole root..node path, the extra
+token drawn from the node's current target row. A rejected child subtree updates ``u``, all on its current
+values (Eqs. 1-3):
 
     S        = sum_x [rho(u) Mb(x|u) - Ms(x|u)]_+
-    Mb'(.|u) = [rho(u) Mb(.|u) - Ms(.|u)]_+ / S                       (Eq. 1)
-    Ms'(.|u) = Ms(.|u) with x removed, renormalised                   (Eq. 2, without replacement only)
-    rho'(u)  = S / (S + (1 - rho(u)))                                 (Eq. 3, evaluated with these
-                                                                       parentheses: (S + 1) - rho cancels)
+    Mb'(.|u) = [rho(u) Mb(.|u) - Ms(.|u)]_+ / S              (Eq. 1)
+    Ms'(.|u) = Ms(.|u) with x removed, renormalised          (Eq. 2, without replacement only)
+    rho'(u)  = S / (S + (1 - rho(u)))                        (Eq. 3, these parentheses: §2.8 #12)
 
-and ``rho(root)`` stays exactly 1. If ``S = 0`` below the root, ``rho'(u) = 0`` and ``u`` with its
-remaining subtree is rejected at once (the zero-mass prune of docs/methods/traversal.md §2.4).
+``rho(root)`` stays exactly 1; ``S = 0`` below the root rejects ``u`` and its remaining subtree at once.
+``Ms`` follows ``tree.sampling`` as for ``token`` (`token_level.Proposal`; docs/ARCHITECTURE.md, "Drafting and
+sampling modes"), so traversal is lossless in all four modes; on a chain its law is Block Verification's (Thm 3.4).
 
-Like ``token``, the draft row ``Ms`` that each child was drawn from follows ``tree.sampling``
-(`token.Proposal`): ``iid`` keeps it (Eq. 2 skipped; sequence-level RRS), ``without_replacement`` and
-``race`` (a Gumbel-top-k sample) apply Eq. 2, with Sequoia's uniform fallback over the tokens not yet
-drawn once the draft support is used up, and ``topk`` trees use the point mass on each child. The
-proof (App. F: ordinary RRS on the vocabulary extended by a never-drafted token ``⊥`` of mass
-``1 - rho``) holds for any adaptive proposal sequence, so all four are lossless (tested exactly).
-
-On a chain the output law equals Block Verification's (Thm 3.4; tested exactly against ``block``).
-
-Exact law given the tree (`law`): the same traversal with every coin replaced by its probability;
-each node is visited once with a deterministic state, so it costs O(N V).
+Exact law given the tree (`law`): the same traversal with every coin replaced by its probability; each
+node is visited once with a deterministic state, so it costs O(N V).
 """
 
 from __future__ import annotations
