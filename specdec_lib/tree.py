@@ -224,10 +224,14 @@ larger trees are refused from their size, computed from the arguments before any
 (decoding and the exact harness set tighter limits of their own)."""
 
 
+_UNCOUNTED = 2 ** 64   # the size reported for a tree too large to be worth counting (at least this many nodes)
+
+
 def check_shape_nodes(what: str, size: int) -> int:
     """``size`` (the nodes of the tree ``what`` describes), or a ValueError naming `MAX_SHAPE_NODES`."""
     if size > MAX_SHAPE_NODES:
-        raise ValueError(f"{what} has {size} nodes, more than the limit MAX_SHAPE_NODES = {MAX_SHAPE_NODES}")
+        count = "at least 2^64" if size >= _UNCOUNTED else str(size)
+        raise ValueError(f"{what} has {count} nodes, more than the limit MAX_SHAPE_NODES = {MAX_SHAPE_NODES}")
     return size
 
 
@@ -291,8 +295,11 @@ def kary(k: int, depth: int) -> list[int]:
 
 
 def _kary_size(k: int, depth: int) -> int:
-    """Nodes of the full k-ary tree of ``depth`` levels (k, depth >= 1), without building it."""
-    return depth if k == 1 else (k ** depth - 1) // (k - 1)
+    """Nodes of the full k-ary tree of ``depth`` levels (k, depth >= 1), without building it; past 64 levels of
+    k >= 2 (beyond any limit) `_UNCOUNTED`, so that an absurd depth costs nothing to count."""
+    if k == 1:
+        return depth
+    return _UNCOUNTED if depth > 64 else (k ** depth - 1) // (k - 1)
 
 
 def binary(depth: int) -> list[int]:

@@ -219,6 +219,11 @@ def test_tree_sizes_are_computed_before_anything_is_built(pair):
                                              f"{MAX_SHAPE_NODES}"):
             build()
     assert time.perf_counter() - start < 1.0
+    start = time.perf_counter()   # an absurd depth is refused at once, without computing k ** depth
+    for spec in ("kary:3x1000000000", "binary:1000000000000"):
+        with pytest.raises(ValueError, match="has at least 2\\^64 nodes, more than the limit MAX_SHAPE_NODES"):
+            parse_shape(spec)
+    assert time.perf_counter() - start < 1.0
     assert len(kary(2, 20)) == MAX_SHAPE_NODES - 1 and len(chain_parents(MAX_SHAPE_NODES - 1)) == MAX_SHAPE_NODES
     # the largest tree within the limit passes the checks (and reaches the stand-in's session)
     with pytest.raises(AssertionError, match="session was opened"):
