@@ -13,7 +13,7 @@ import numbers
 import operator
 
 __all__ = ["ArgumentTypeError", "check_int", "check_real", "check_choice", "check_model", "check_seed",
-           "check_list", "check_temperature", "check_count", "SEED_LOW", "SEED_HIGH"]
+           "check_list", "check_probabilities", "check_temperature", "check_count", "SEED_LOW", "SEED_HIGH"]
 
 SEED_LOW, SEED_HIGH = -(2 ** 63), 2 ** 64 - 1
 """The seeds ``torch.Generator.manual_seed`` accepts (int64 or uint64)."""
@@ -107,6 +107,18 @@ def check_list(name: str, value, check_item) -> list:
     if not value:
         raise ValueError(f"{name} must not be empty: give at least one value, or leave it unset for the default")
     return [check_item(f"{name}[{i}]", item) for i, item in enumerate(value)]
+
+
+def check_probabilities(name: str, value) -> list[float]:
+    """``value`` as a non-empty list of floats in [0, 1] (any sequence, array or tensor of numbers): an
+    `ArgumentTypeError` naming ``name`` for text or a non-sequence, a ValueError naming the entry
+    (``name[i]``) out of range or not finite, or for an empty sequence."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ArgumentTypeError(f"{name} must be a sequence of numbers, got {value!r:.60} ({_type_name(value)})")
+    out = [check_real(f"{name}[{i}]", x, 0.0, 1.0) for i, x in enumerate(value)]
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
 
 
 _MODEL_ATTRS = ("vocab_size", "max_context", "name", "device")

@@ -26,7 +26,8 @@ profile), ``--timeout`` >= 1 and the folders (none inside ``reports/`` or ``data
 folders and their run folders, no file, no read-only folder). A bad argument is a one-line ``error:`` and
 exit status 2. A notebook that fails leaves the published files as they were (its partial output goes to
 the ``custom/`` run folder) and makes the exit status 1. ``seed-check`` records only a run of the published
-profile, models and code; ``index`` never creates its folder.
+profile, models and code, into ``data/results/seed_checks/`` or a folder outside the published tree;
+``index`` never creates its folder nor writes one it cannot.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any, Sequence
 
 from .reporting import reproduce as reports
 from .reporting import destinations
-from .reporting.seed_checks import SEED_CHECKS_DIR, record_seed_check
+from .reporting.seed_checks import SEED_CHECKS_DIR, check_out_dir, record_seed_check
 
 
 TEXT_PARAMETERS = frozenset({"target_model", "draft_model", "device", "dtype", "split"})
@@ -182,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--purpose", required=True, help="what the run keeps of the notebook's design")
     chk.add_argument("--keep", action="append", default=None, metavar="TEXT",
                      help="record only the claims containing TEXT (repeatable; default: every claim)")
-    chk.add_argument("--out-dir", type=Path, default=SEED_CHECKS_DIR, help="default: data/results/seed_checks/")
+    chk.add_argument("--out-dir", type=Path, default=SEED_CHECKS_DIR, help="default: data/results/seed_checks/; "
+                     "no other folder inside reports/ or data/results/")
 
     sub.add_parser("bench", help="timing benchmark of the decoders (specdec_lib.experiments.benchmark); every argument "
                    "after 'bench' goes to it", add_help=False)
@@ -239,6 +241,7 @@ def _index(args: argparse.Namespace) -> int:
 
 def _seed_check(args: argparse.Namespace) -> int:
     try:
+        check_out_dir("--out-dir", args.out_dir)
         path = record_seed_check(args.run_dir, args.notebook, args.purpose, args.keep, args.out_dir)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

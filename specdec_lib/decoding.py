@@ -30,13 +30,13 @@ from .drafting import draw_tree
 from .models.names import DRAFT_NAME
 from .progress import tqdm
 from .sampling import process_logits
-from .shapes import is_sequoia, measured_acceptance_vector, resolve_shape, shape_nodes
+from .shapes import check_acceptance_vector, is_sequoia, measured_acceptance_vector, resolve_shape, shape_nodes
 from .tree import SAMPLING_MODES, DraftTree, parent_depths
 from .verifiers import VERIFIERS, get_verifier, verify
 from .verifiers.base import sample_categorical
 
 __all__ = ["StepStats", "GenerationOutput", "speculative_generate", "autoregressive_generate",
-           "resolve_shape", "measured_acceptance_vector", "check_pair", "MAX_TREE_NODES"]
+           "resolve_shape", "measured_acceptance_vector", "check_pair", "check_tree_shape", "MAX_TREE_NODES"]
 
 MAX_TREE_NODES = 4096
 """The largest draft tree (nodes, root included) `speculative_generate` drafts: its tree-attention
@@ -161,21 +161,15 @@ def _record_dir(draft, shape, acceptance_vector):
                      f"draft.json); pass acceptance_vector= (e.g. measured with theory.positional_acceptance)")
 
 
-def _check_shape_args(shape, acceptance_vector, draft) -> None:
-    """The shape's size against `MAX_TREE_NODES` (before any tree is built) and ``acceptance_vector``
-    only with a Sequoia shape, the one kind that reads it."""
+def check_tree_shape(shape, acceptance_vector: Sequence[float] | None = None) -> list[float] | None:
+    """The shape's size against `MAX_TREE_NODES` (counted from the shape, before any tree is built) and
+    ``acceptance_vector`` with a Sequoia shape only (`shapes.check_acceptance_vector`); returns the vector
+    as floats (or None). ValueError (TypeError for a wrong type) naming the argument."""
     size = shape_nodes(shape)
     if size > MAX_TREE_NODES:
         raise ValueError(f"shape {shape!r:.60} has {size} nodes, more than the limit MAX_TREE_NODES = "
                          f"{MAX_TREE_NODES} of speculative_generate")
-    if acceptance_vector is not None and not is_sequoia(shape):
-        raise ValueError(f"acceptance_vector is only read by Sequoia shapes ('sequoia:N', 'sequoia:NxD'); "
-                         f"shape {shape!r:.60} ignores it: drop acceptance_vector or use a Sequoia shape")
-    if acceptance_vector is not None:
-        if isinstance(acceptance_vector, (str, bytes)) or not hasattr(acceptance_vector, "__iter__"):
-            raise ArgumentTypeError(f"acceptance_vector must be a sequence of numbers, got {acceptance_vector!r:.60}")
-        for i, x in enumerate(acceptance_vector):
-            check_real(f"acceptance_vector[{i}]", x, 0.0, 1.0)
+    return check_acceptance_vector(shape, acceptance_vector)
 
 
 def _prompt_list(prompt_ids) -> list[int]:
@@ -288,7 +282,7 @@ def speculative_generate(target, draft, prompt_ids, verifier: str = "block", sha
     eos_token_id = _check_eos_arg(eos_token_id, target)
     prompt = _prompt_list(prompt_ids)
     _check_prompt_ids(target, prompt)
-    _check_shape_args(shape, acceptance_vector, draft)
+    acceptance_vector = check_tree_shape(shape, acceptance_vector)
     record_dir = _record_dir(draft, shape, acceptance_vector)
     parents = resolve_shape(shape, acceptance_vector, temperature, record_dir)
     max_depth = max(parent_depths(parents))

@@ -13,10 +13,10 @@ from typing import Sequence
 
 from .models.offline import DRAFT_DIR, DRAFT_JSON_FILE
 from .theory import sequoia_tree
-from .arguments import ArgumentTypeError
+from .arguments import ArgumentTypeError, check_probabilities
 from .tree import is_level_order, level_order, parse_shape, shape_size, validate_parents
 
-__all__ = ["measured_acceptance_vector", "resolve_shape", "shape_nodes", "is_sequoia"]
+__all__ = ["measured_acceptance_vector", "resolve_shape", "shape_nodes", "is_sequoia", "check_acceptance_vector"]
 
 
 def measured_acceptance_vector(temperature: float | None = None,
@@ -73,6 +73,17 @@ def is_sequoia(shape) -> bool:
     return isinstance(shape, str) and shape.strip().lower().startswith("sequoia:")
 
 
+def check_acceptance_vector(shape, acceptance_vector) -> list[float] | None:
+    """None, or ``acceptance_vector`` as floats in [0, 1] (`arguments.check_probabilities`) for a Sequoia
+    ``shape``, the one kind that reads it: with any other shape it would be ignored, so it is a ValueError."""
+    if acceptance_vector is None:
+        return None
+    if not is_sequoia(shape):
+        raise ValueError(f"acceptance_vector is only read by Sequoia shapes ('sequoia:N', 'sequoia:NxD'); "
+                         f"shape {shape!r:.60} ignores it: drop acceptance_vector or use a Sequoia shape")
+    return check_probabilities("acceptance_vector", acceptance_vector)
+
+
 def _sequoia_spec(shape: str) -> tuple[int, int | None]:
     spec = shape.strip().lower()[len("sequoia:"):]
     try:
@@ -104,8 +115,10 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
     spec ("chain:8", "kary:2x3", "specinfer:4x5", "binary:4", "batch:3x4", "parents:-1,0,0"), or
     "sequoia:N" / "sequoia:NxD" (Sequoia's DP tree of size N, depth unbounded or at most D, root
     included, from ``acceptance_vector`` or the one measured for the draft whose record is in
-    ``record_dir``, see `measured_acceptance_vector`).
+    ``record_dir``, see `measured_acceptance_vector`). ``acceptance_vector`` goes with Sequoia shapes only
+    (`check_acceptance_vector`).
     """
+    acceptance_vector = check_acceptance_vector(shape, acceptance_vector)
     if isinstance(shape, (list, tuple)):
         try:
             parents = validate_parents(shape)
@@ -113,7 +126,7 @@ def resolve_shape(shape, acceptance_vector: Sequence[float] | None = None,
             raise type(exc)(f"shape {list(shape)!r:.80} is not a parents list: {exc}") from None
     elif is_sequoia(shape):
         size, depth = _sequoia_spec(shape)
-        vector = list(acceptance_vector) if acceptance_vector is not None \
+        vector = acceptance_vector if acceptance_vector is not None \
             else measured_acceptance_vector(temperature, record_dir)
         parents, _ = sequoia_tree(vector, size=size, depth=depth)
         parents = [int(p) for p in parents]

@@ -218,11 +218,29 @@ def _check_rows(name: str, rows: torch.Tensor, selected: torch.Tensor, allow_all
 
 # ----- shape builders (parent lists, root included) -------------------------------------------
 
+MAX_SHAPE_NODES = 2 ** 20
+"""The most nodes a shape builder (`chain_parents`, `batch`, `kary`, ... and so `parse_shape`) builds;
+larger trees are refused from their size, computed from the arguments before anything is allocated
+(decoding and the exact harness set tighter limits of their own)."""
+
+
+_UNCOUNTED = 2 ** 64   # the size reported for a tree too large to be worth counting (at least this many nodes)
+
+
+def check_shape_nodes(what: str, size: int) -> int:
+    """``size`` (the nodes of the tree ``what`` describes), or a ValueError naming `MAX_SHAPE_NODES`."""
+    if size > MAX_SHAPE_NODES:
+        count = "at least 2^64" if size >= _UNCOUNTED else str(size)
+        raise ValueError(f"{what} has {count} nodes, more than the limit MAX_SHAPE_NODES = {MAX_SHAPE_NODES}")
+    return size
+
+
 def chain_parents(length: int) -> list[int]:
     """A chain of ``length`` drafted tokens: size length+1, depth length+1."""
     length = check_int("chain length", length)
     if length < 0:
         raise ValueError(f"chain length must be >= 0, got {length}")
+    check_shape_nodes(f"a chain of {length} tokens", length + 1)
     return list(range(-1, length))
 
 
@@ -246,6 +264,7 @@ def batch(k: int, length: int) -> list[int]:
     Size k*length + 1, depth length + 1. Level order: node (d-1)*k + j is token d of sequence j."""
     k = _require_int("k", k, 1)
     length = _require_int("length", length, 0)
+    check_shape_nodes(f"batch({k}, {length})", k * length + 1)
     parents = [-1]
     for d in range(1, length + 1):
         for j in range(1, k + 1):
@@ -263,6 +282,7 @@ def kary(k: int, depth: int) -> list[int]:
     """The full k-ary tree with ``depth`` levels counting the root: (k^depth - 1)/(k - 1) nodes."""
     k = _require_int("k", k, 1)
     depth = _require_int("depth", depth, 1)
+    check_shape_nodes(f"kary({k}, {depth})", _kary_size(k, depth))
     parents, frontier = [-1], [0]
     for _ in range(depth - 1):
         nxt = []
@@ -272,6 +292,14 @@ def kary(k: int, depth: int) -> list[int]:
                 nxt.append(len(parents) - 1)
         frontier = nxt
     return parents
+
+
+def _kary_size(k: int, depth: int) -> int:
+    """Nodes of the full k-ary tree of ``depth`` levels (k, depth >= 1), without building it; past 64 levels of
+    k >= 2 (beyond any limit) `_UNCOUNTED`, so that an absurd depth costs nothing to count."""
+    if k == 1:
+        return depth
+    return _UNCOUNTED if depth > 64 else (k ** depth - 1) // (k - 1)
 
 
 def binary(depth: int) -> list[int]:
@@ -284,6 +312,7 @@ def erss_specinfer(k: int) -> list[int]:
     """ERSS's "SpecInfer tree" with k drafted tokens (docs/methods/erss.md §2.4): a shared chain of two
     tokens, then three branches below it grown round-robin; it equals a chain for k <= 3."""
     k = _require_int("k", k, 0)
+    check_shape_nodes(f"erss_specinfer({k})", k + 1)
     parents = [-1, 0, 1][: k + 1]
     for i in range(max(0, k - 2)):
         parents.append(2 if i < 3 else i)  # extra i continues the branch of extra i-3 (node id i)
@@ -363,9 +392,6 @@ def level_order(parents) -> list[int]:
 
 SHAPE_FORMS = ("chain:L", "batch:KxL", "specinfer:KxL", "kary:KxD", "binary:D", "erss_specinfer:K",
                "eagle", "parents:-1,0,0,1")
-MAX_SHAPE_NODES = 2 ** 20
-"""The most nodes `parse_shape` builds; larger specs are refused from their size (`shape_size`) before
-anything is allocated (decoding and the exact harness set tighter limits of their own)."""
 _SHAPE_ARITY = {"chain": 1, "batch": 2, "specinfer": 2, "kary": 2, "binary": 1, "erss_specinfer": 1}
 
 
@@ -400,8 +426,7 @@ def shape_size(spec: str) -> int:
     if kind in ("batch", "specinfer"):
         return max(args[0], 1) * max(args[1], 0) + 1
     k, depth = (2, args[0]) if kind == "binary" else args
-    k, depth = max(k, 1), max(depth, 1)
-    return depth if k == 1 else (k ** depth - 1) // (k - 1)
+    return _kary_size(max(k, 1), max(depth, 1))
 
 
 def parse_shape(spec: str) -> list[int]:
@@ -414,9 +439,7 @@ def parse_shape(spec: str) -> list[int]:
     do specs of more than `MAX_SHAPE_NODES` nodes (refused from `shape_size`, before any list is built).
     """
     kind, args = _parse_spec(spec)
-    size = shape_size(spec)
-    if size > MAX_SHAPE_NODES:
-        raise ValueError(f"shape {spec!r} has {size} nodes, more than the limit MAX_SHAPE_NODES = {MAX_SHAPE_NODES}")
+    check_shape_nodes(f"shape {spec!r}", shape_size(spec))
     try:
         if kind == "chain":
             return chain_parents(args[0])

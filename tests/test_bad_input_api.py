@@ -19,8 +19,8 @@ from specdec_lib.models import load_model
 from specdec_lib.models.names import DRAFT_NAME
 from specdec_lib.models.synthetic import ContextIndependentLM, ToyLM, random_markov_pair
 from specdec_lib.shapes import resolve_shape, shape_nodes
-from specdec_lib.tree import (MAX_SHAPE_NODES, DraftTree, chain_parents, kary, parse_shape, shape_size,
-                             validate_parents)
+from specdec_lib.tree import (MAX_SHAPE_NODES, DraftTree, batch, binary, chain_parents, erss_specinfer, kary,
+                             parse_shape, shape_size, validate_parents)
 
 PROMPT = [1, 2, 3]
 
@@ -137,6 +137,21 @@ def test_acceptance_vector_only_with_sequoia_shapes(pair):
         sd.speculative_generate(target, draft, PROMPT, shape="sequoia:8", acceptance_vector=[0.6, 2.0])
 
 
+def test_resolve_shape_refuses_a_vector_it_would_ignore():
+    """The public shape helper makes the same check as speculative_generate (shapes.check_acceptance_vector)."""
+    for shape in ("chain:3", "binary:3", [-1, 0, 0]):
+        with pytest.raises(ValueError, match="acceptance_vector is only read by Sequoia shapes"):
+            resolve_shape(shape, [0.9, 0.1])
+    for vector, error, message in (([0.9, float("nan")], ValueError, r"acceptance_vector\[1\] must be a finite"),
+                                   ([], ValueError, "acceptance_vector must not be empty"),
+                                   ("0.9,0.1", TypeError, "acceptance_vector must be a sequence of numbers"),
+                                   ([0.9, None], TypeError, r"acceptance_vector\[1\] must be a real number")):
+        with pytest.raises(error, match=message):
+            resolve_shape("sequoia:6", vector)
+    assert resolve_shape("chain:3") == [-1, 0, 1, 2]
+    assert len(resolve_shape("sequoia:6", [0.6, 0.2, 0.1])) == 6
+
+
 def test_sequoia_shape_needs_the_drafts_own_vector(pair):
     """A draft without a record no longer borrows the distilled draft's measured vector."""
     target, draft = pair
@@ -195,6 +210,21 @@ def test_tree_sizes_are_computed_before_anything_is_built(pair):
                                              f"{MAX_TREE_NODES}"):
             sd.speculative_generate(target, draft, PROMPT, shape=spec)
         assert time.perf_counter() - start < 1.0
+    # the shape builders are limited as parse_shape is, from their arguments before anything is built
+    start = time.perf_counter()
+    for build, size in ((lambda: binary(40), 2 ** 40 - 1), (lambda: kary(2, 40), 2 ** 40 - 1),
+                        (lambda: kary(3, 30), (3 ** 30 - 1) // 2), (lambda: batch(10 ** 6, 10 ** 6), 10 ** 12 + 1),
+                        (lambda: chain_parents(10 ** 9), 10 ** 9 + 1), (lambda: erss_specinfer(10 ** 9), 10 ** 9 + 1)):
+        with pytest.raises(ValueError, match=f"has {size} nodes, more than the limit MAX_SHAPE_NODES = "
+                                             f"{MAX_SHAPE_NODES}"):
+            build()
+    assert time.perf_counter() - start < 1.0
+    start = time.perf_counter()   # an absurd depth is refused at once, without computing k ** depth
+    for spec in ("kary:3x1000000000", "binary:1000000000000"):
+        with pytest.raises(ValueError, match="has at least 2\\^64 nodes, more than the limit MAX_SHAPE_NODES"):
+            parse_shape(spec)
+    assert time.perf_counter() - start < 1.0
+    assert len(kary(2, 20)) == MAX_SHAPE_NODES - 1 and len(chain_parents(MAX_SHAPE_NODES - 1)) == MAX_SHAPE_NODES
     # the largest tree within the limit passes the checks (and reaches the stand-in's session)
     with pytest.raises(AssertionError, match="session was opened"):
         sd.speculative_generate(target, draft, PROMPT, shape="binary:12")
@@ -314,13 +344,24 @@ def test_load_model_dtype_and_device():
         load_model("smollm2-135m-instruct", dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="dtype torch.int8 is not supported"):
         load_model("smollm2-135m-instruct", dtype=torch.int8)
-    with pytest.raises(ValueError, match="dtype must be a torch dtype or a name"):
-        load_model("smollm2-135m-instruct", dtype=16)
+    for bad in (16, 16.0, ["bfloat16"]):  # a wrong type: a TypeError (that callers catching ValueError see too)
+        with pytest.raises(TypeError, match="dtype must be a torch dtype or a name"):
+            load_model("smollm2-135m-instruct", dtype=bad)
     with pytest.raises(ValueError, match="device 'meta'.*holds no weights"):
         load_model("smollm2-135m-instruct", device="meta")
     with pytest.raises(ValueError, match="device 'meta'"):
         load_model("smollm2-135m-draft", device=torch.device("meta"))
     assert time.perf_counter() - start < 2.0  # refused before anything loads
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m-draft", "smollm2-135m-eagle", "smollm2-135m-int4"])
+def test_load_model_refuses_a_target_that_is_no_loaded_model(name):
+    start = time.perf_counter()
+    with pytest.raises(TypeError, match="target must be a LanguageModel.*toy LM.*call load_model first"):
+        load_model(name, target=ContextIndependentLM([0.5, 0.5]))
+    with pytest.raises(TypeError, match=r"target must be a loaded LanguageModel.*load_model\('smollm2-135m-instruct'\)"):
+        load_model(name, target="smollm2-135m-instruct")
+    assert time.perf_counter() - start < 1.0  # refused before anything loads
 
 
 def test_model_folder_without_tokenizer(tmp_path):

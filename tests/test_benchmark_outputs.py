@@ -9,8 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
+from specdec_lib.data import Prompt
 from specdec_lib.experiments import benchmark
+from specdec_lib.reporting import destinations
 from specdec_lib.reporting.results import REPO_ROOT
 
 def _published_digest() -> dict[str, str]:
@@ -67,8 +70,35 @@ def test_the_default_output_is_a_git_ignored_run_folder_and_publish_names_data_r
     (["--top-p", "0"], "--top-p must be > 0.0"),
     (["--methods", "fastest"], "--methods: unknown method 'fastest'"),
     (["--acceptance-vector", "0.5,x"], "--acceptance-vector"),
+    # shapes and samplings: known forms, within the tree size limit, from the spec (nothing is built)
+    (["--methods", "token/binary:40"], "--methods: shape 'binary:40' has 1099511627775 nodes, more than the limit "
+                                       "MAX_TREE_NODES"),
+    (["--methods", "token/nonsense:3"], "--methods: unknown shape 'nonsense:3'"),
+    (["--methods", "token/chain:4/bogus"], "--methods: unknown sampling 'bogus'"),
+    (["--methods", "token/sequoia:100000"], "--methods: shape 'sequoia:100000' has 100000 nodes, more than the "
+                                            "limit MAX_TREE_NODES"),
+    (["--methods", "hf_assisted/chain:100000"], "--methods: shape 'chain:100000' has 100001 nodes"),
+    (["--methods", "token/kary:2x3x4"], "--methods: shape 'kary:2x3x4': expected 'kary:KxN' with integers"),
+    # settings: the checks BenchSettings makes (SETTING_CHECKS), naming the option
+    (["--seed", str(2 ** 70)], "--seed must be <= 18446744073709551615, got 1180591620717411303424"),
+    (["--seed", "-1180591620717411303424"], "--seed must be >="),
+    (["--methods", "token/sequoia:16x6", "--acceptance-vector", "2.0,nan"], "--acceptance-vector[0] must be <= 1.0"),
+    (["--methods", "token/sequoia:16x6", "--acceptance-vector", "0.5,nan"], "--acceptance-vector[1] must be a finite"),
+    (["--methods", "token/chain:4,block/chain:4", "--acceptance-vector", "0.6,0.2"],
+     "--acceptance-vector is only read by Sequoia trees, and no method of ['token/chain:4', 'block/chain:4'] is one"),
+    (["--dtype", "float8"], "--dtype: unknown dtype 'float8'"),
+    (["--device", "meta"], "--device: device 'meta': a meta device holds no weights"),
+    # models by name: found (offline name, folder, cached or reachable HF id) before anything loads
+    (["--hf-draft", "nonexistent-model-xyz", "--methods", "hf_assisted"],
+     "--hf-draft: could not load model 'nonexistent-model-xyz'"),
+    (["--methods", "token/chain:2@nonexistent-model-xyz"], "--methods: could not load model 'nonexistent-model-xyz'"),
+    (["--target", "nonexistent-model-xyz"], "--target: could not load model 'nonexistent-model-xyz'"),
+    (["--draft", "{tmp}/no_such_folder", "--methods", "token/chain:2"], "--draft: could not load model"),
 ])
-def test_bad_arguments_and_outputs_are_refused_before_the_benchmark_runs(tmp_path, capsys, no_work, argv, message):
+def test_bad_arguments_and_outputs_are_refused_before_the_benchmark_runs(tmp_path, capsys, no_work, monkeypatch,
+                                                                         argv, message):
+    monkeypatch.setattr(benchmark, "load_model", _no_model_loads)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # an unknown HF id is refused at once, without the network
     before = _published_digest()
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert benchmark.main(["--methods", "autoregressive"] + argv) == 2
@@ -76,6 +106,10 @@ def test_bad_arguments_and_outputs_are_refused_before_the_benchmark_runs(tmp_pat
     assert err == f"error: {err[7:]}" and message in err and len(err.strip().splitlines()) == 1
     assert no_work == {"runs": [], "prompts": 0}
     assert _published_digest() == before
+
+
+def _no_model_loads(*args, **kwargs):
+    raise AssertionError(f"a model was loaded ({args}, {kwargs}) although the arguments are bad")
 
 
 def test_run_benchmark_checks_its_output_before_any_model_loads(tmp_path):
@@ -93,3 +127,79 @@ def test_run_benchmark_checks_its_output_before_any_model_loads(tmp_path):
                                 benchmark.BenchSettings(max_new_tokens=0), output=False)
     assert benchmark.bench_output_path(tmp_path / "new" / "b.json") == tmp_path / "new" / "b.json"
     assert not Path(tmp_path / "new").exists()
+
+
+def test_run_benchmark_and_its_settings_refuse_what_the_command_line_refuses(monkeypatch):
+    """The API shares the command line's checks (SETTING_CHECKS, check_methods, check_model_names), by
+    argument name, before any model loads."""
+    monkeypatch.setattr(benchmark, "load_model", _no_model_loads)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for field, value, error, message in (
+            ("seed", 2 ** 70, ValueError, "seed must be <="),
+            ("seed", 1.5, TypeError, "seed must be an integer"),
+            ("temperature", None, TypeError, "temperature must be a real number"),
+            ("top_p", 0.0, ValueError, "top_p must be > 0.0"),
+            ("acceptance_vector", [0.5, float("nan")], ValueError, r"acceptance_vector\[1\] must be a finite"),
+            ("acceptance_vector", "0.5", TypeError, "acceptance_vector must be a sequence of numbers"),
+            ("dtype", "float8", ValueError, "dtype: unknown dtype 'float8'"),
+            ("dtype", 16, TypeError, "dtype: dtype must be a torch dtype or a name"),
+            ("device", "meta", ValueError, "device: device 'meta'")):
+        with pytest.raises(error, match=message):
+            benchmark.BenchSettings(**{field: value})
+    for methods, settings, hf_draft, message in (
+            (["token/binary:40"], benchmark.BenchSettings(), None, "methods: shape 'binary:40' has"),
+            (["token/chain:4/bogus"], benchmark.BenchSettings(), None, "methods: unknown sampling 'bogus'"),
+            ([], benchmark.BenchSettings(), None, "methods: no method given"),
+            (["token/chain:4"], benchmark.BenchSettings(acceptance_vector=[0.5]), None,
+             "acceptance_vector is only read by Sequoia trees"),
+            (["hf_assisted"], benchmark.BenchSettings(), "nonexistent-model-xyz",
+             "hf_draft: could not load model 'nonexistent-model-xyz'")):
+        with pytest.raises(ValueError, match=message):
+            benchmark.run_benchmark(["p"], "smollm2-135m-instruct", "smollm2-135m-draft", methods, settings,
+                                    hf_draft=hf_draft, output=False)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_bench_that_fails_part_way_writes_nothing(tmp_path, monkeypatch, tiny_llama):
+    """The real run_benchmark on toy models whose draft fails at the second prompt: neither the published
+    bench file it was to replace (--publish) nor a run folder's output is written, nor anything beside them."""
+    published = tmp_path / "published"
+    monkeypatch.setattr(destinations, "PUBLISHED_REPORTS_DIR", published / "reports")
+    monkeypatch.setattr(destinations, "PUBLISHED_RESULTS_DIR", published / "data" / "results")
+    (published / "reports").mkdir(parents=True)
+    (published / "reports" / "index.html").write_text("published index")
+    bench_file = published / "data" / "results" / "bench_vm.json"
+    bench_file.parent.mkdir(parents=True)
+    bench_file.write_text('{"published": true}')
+    target, draft = tiny_llama(97, name="tiny-target"), tiny_llama(97, name="tiny-draft", seed=1)
+    for lm in (target, draft):
+        lm.encode = lambda text, chat=True: torch.tensor([1, 2, 3])  # no tokenizer: every prompt is 3 tokens
+    sessions, draft_session = [], draft.session
+
+    def failing_session(prompt):
+        sessions.append(prompt)
+        if len(sessions) == 3:  # the warm-up, the first prompt, then the second prompt fails
+            raise RuntimeError("the draft failed at the second prompt")
+        return draft_session(prompt)
+
+    draft.session = failing_session
+    prompts = [Prompt(f"p{i}", "toy", "a prompt") for i in range(3)]
+    settings = benchmark.BenchSettings(max_new_tokens=2, progress=False)
+    before, real_before = _digest(published), _published_digest()
+    run_folder = tmp_path / "runs" / "bench.json"
+    for output, publish in ((bench_file, True), (run_folder, False)):
+        sessions.clear()
+        with pytest.raises(RuntimeError, match="second prompt"):
+            benchmark.run_benchmark(prompts, target, draft, ["autoregressive", "token/chain:2"], settings,
+                                    output=output, publish=publish)
+        assert len(sessions) == 3
+    assert _digest(published) == before and not run_folder.parent.exists()
+    assert _published_digest() == real_before
+    # the same toy run without the failure writes its one file
+    draft.session = draft_session
+    report = benchmark.run_benchmark(prompts[:1], target, draft, ["autoregressive", "token/chain:2"], settings,
+                                     output=run_folder)
+    assert report["output"] == str(run_folder) and [p.name for p in run_folder.parent.iterdir()] == ["bench.json"]

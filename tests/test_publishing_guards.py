@@ -20,7 +20,8 @@ import pytest
 from specdec_lib import cli
 from specdec_lib.reporting import destinations
 from specdec_lib.reporting import reproduce as reports
-from specdec_lib.reporting import results
+from specdec_lib.reporting import publication, results
+from specdec_lib.reporting.seed_checks import check_out_dir, record_seed_check
 
 PARAMETERS = ("profile = 'default'\nnum_threads = 1\nseeds = None\ntemperatures = None\ntarget_model = None\n"
               "draft_model = None\ndevice = None\ndtype = None")
@@ -47,6 +48,7 @@ class FakePapermill:
     def __init__(self):
         self.calls: list[dict] = []
         self.failing: set[str] = set()
+        self.interrupted: set[str] = set()
 
     def __call__(self, source, output, parameters=None, **kwargs):
         name = Path(source).stem
@@ -54,6 +56,9 @@ class FakePapermill:
         nbformat.write(nbformat.read(source, as_version=4), output)
         if name in self.failing:
             raise RuntimeError("set_num_threads expects a positive integer")
+        if name in self.interrupted:
+            results.save_claims(name, [results.claim("block", "half-way", 1, 1, True)])  # a partial output
+            raise KeyboardInterrupt
         results.save_results(f"{name}/numbers", {"x": 1}, {})
         results.save_claims(name, [results.claim("block", "c", 1, 1, True),
                                    results.not_applicable("block", "wall clock on TPUs", "+6%", "no TPU")])
@@ -125,6 +130,73 @@ def test_a_run_with_one_failure_publishes_the_other_notebook_only(published, pap
     assert status["01_good"] == status_before["01_good"] and status["02_other"] != status_before["02_other"]
     assert (published / "reports" / "01_good.html").read_bytes() == good_report
     assert not (published / "reports" / "failed").exists()
+
+
+def _outside(tree: dict[str, str], folder: str) -> dict[str, str]:
+    """``tree`` (a `digest`) without the files under a ``/<folder>/`` run folder."""
+    return {k: v for k, v in tree.items() if f"/{folder}/" not in k}
+
+
+@pytest.mark.parametrize("fail_at, error", [(2, OSError), (4, OSError), (5, OSError), (3, KeyboardInterrupt)],
+                         ids=["after-the-report", "at-the-data", "at-the-status", "ctrl-c-at-the-claims"])
+def test_publishing_is_all_or_nothing(published, papermill, monkeypatch, fail_at, error):
+    """An error part-way through publishing (a full disk, a folder it cannot write, Ctrl-C) undoes every move
+    made before it: the published tree is byte for byte as it was, and the run is recorded as failed."""
+    before = _publish_once(published, papermill)
+    real_move, moves = publication.move, []
+
+    def failing_move(src, dst):  # report, previous claims, claims, data, status.json: the 5 moves of 01_good
+        moves.append(Path(dst))
+        if len(moves) == fail_at:
+            raise error("No space left on device")
+        real_move(src, dst)
+
+    monkeypatch.setattr(publication, "move", failing_move)
+    options = reports.RunOptions(notebook_dir=_nbdir(published), progress=False, jobs=1)
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            reports.reproduce(["01_good"], "default", None, options)
+    else:
+        [run] = reports.reproduce(["01_good"], "default", None, options)
+        assert run.status == "failed" and "publishing failed and was undone" in run.error
+        assert "No space left on device" in run.error
+        assert reports.load_status(published / "reports" / "custom")["01_good"]["status"] == "failed"
+    assert len(moves) == fail_at
+    if fail_at == 2:  # the folder made for the previous claims (the first run had none) is gone again
+        assert not (published / "reports" / ".previous").exists()
+    assert _outside(digest(published), "custom") == before
+    assert not [p for p in published.rglob("*") if ".old-" in p.name or p.name.startswith(".stage-")]
+
+
+def test_a_successful_smoke_run_changes_nothing_published(published, papermill):
+    before = _publish_once(published, papermill)
+    assert cli.main(["reproduce", "--profile", "smoke", "--notebook-dir", _nbdir(published), "--no-progress"]) == 0
+    assert (published / "reports" / "smoke" / "index.html").is_file()
+    assert (published / "data" / "results" / "smoke" / "01_good").is_dir()
+    assert _outside(digest(published), "smoke") == before
+
+
+def test_an_interrupted_run_into_the_published_folders_changes_nothing_there(published, papermill, capsys):
+    before = _publish_once(published, papermill)
+    papermill.interrupted.add("01_good")
+    assert cli.main(["reproduce", "--notebook-dir", _nbdir(published), "--no-progress", "-j", "1"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert [c["notebook"] for c in papermill.calls[-1:]] == ["01_good"]  # 02_other never started
+    assert digest(published) == before
+    assert not list((published / "reports").glob(".stage-*"))
+
+
+def test_a_smoke_index_leaves_the_published_index_as_it_was(published, papermill, capsys):
+    before = _publish_once(published, papermill)
+    assert cli.main(["index", "--profile", "smoke"]) == 2  # no smoke run yet: refused, never created
+    assert "does not exist" in capsys.readouterr().err and digest(published) == before
+    reports.reproduce(None, "smoke", None, reports.RunOptions(notebook_dir=_nbdir(published), progress=False))
+    smoke_index = published / "reports" / "smoke" / "index.html"
+    smoke_index.write_text("stale")
+    capsys.readouterr()
+    assert cli.main(["index", "--profile", "smoke"]) == 0
+    assert capsys.readouterr().out.strip() == str(smoke_index) and smoke_index.read_text() != "stale"
+    assert _outside(digest(published), "smoke") == before
 
 
 class InlinePool:
@@ -224,6 +296,26 @@ def test_a_read_only_reports_folder_is_refused_up_front(published, papermill, ca
     assert not papermill.calls and not (read_only / "run").exists()
 
 
+def test_index_refuses_a_read_only_reports_folder_up_front(published, capsys, monkeypatch):
+    read_only = published.parent / "read_only"
+    (read_only / "claims").mkdir(parents=True)
+    (read_only / "index.html").write_text("the last index")
+    read_only.chmod(0o555)
+    real_access = destinations.os.access  # root may write anyway: the check asks os.access, as a user's would
+    monkeypatch.setattr(destinations.os, "access",
+                        lambda path, mode: False if Path(path) == read_only else real_access(path, mode))
+    before = digest(read_only)
+    try:
+        assert cli.main(["index", "--reports-dir", str(read_only)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: reports_dir: {read_only} is not writable ({read_only} is read-only for this user)\n"
+        with pytest.raises(ValueError, match="reports_dir: .* is not writable"):
+            reports.build_index(read_only)
+        assert digest(read_only) == before
+    finally:
+        read_only.chmod(0o755)
+
+
 @pytest.mark.parametrize("folder, message", [("missing", "does not exist"), ("a_file", "is a file, not a folder"),
                                              ("published/reports/claims", "lies inside the published")])
 def test_index_refuses_a_missing_folder_a_file_or_a_published_subfolder(published, capsys, folder, message):
@@ -290,6 +382,41 @@ def test_seed_check_of_a_smoke_run_is_refused_and_changes_no_published_file(tmp_
     err = capsys.readouterr().err
     assert "not comparable with its published report" in err and "profile 'smoke', not the published 'default'" in err
     assert (digest(seed_checks), published_status.read_bytes()) == before
+
+
+@pytest.mark.parametrize("out_dir, message", [
+    ("reports", "lies inside the published"),
+    ("reports/claims", "lies inside the published"),
+    ("data/results", "lies inside the published"),
+    ("a_file", "is a file, not a folder"),
+    ("a_file/below", "cannot be created"),
+])
+def test_seed_check_writes_only_to_the_seed_checks_folder_or_outside_the_published_tree(published, capsys, out_dir,
+                                                                                        message):
+    for path in ("reports/index.html", "reports/status.json", "reports/claims/01_asps.json",
+                 "data/results/seed_checks/01_asps_seed1.json"):
+        (published / path).parent.mkdir(parents=True, exist_ok=True)
+        (published / path).write_text("published")
+    (published.parent / "a_file").write_text("x")
+    run = published.parent / "seed_run"
+    results.save_claims("01_asps", [results.claim("asps", "a claim", 1, 1, True)], directory=run / "claims")
+    (run / "status.json").write_text(json.dumps({"01_asps": {
+        "notebook": "01_asps", "status": "ok", "profile": "default", "git_revision": "abc",
+        "parameters": {"profile": "default", "seeds": [1]}}}))
+    before = digest(published.parent)
+    where = published / out_dir if out_dir.startswith(("reports", "data")) else published.parent / out_dir
+    assert cli.main(["seed-check", "-n", "01_asps", "--run-dir", str(run), "--purpose", "x",
+                     "--out-dir", str(where)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out-dir: {where}") and message in err and len(err.strip().splitlines()) == 1
+    assert digest(published.parent) == before
+    with pytest.raises(ValueError, match=f"out_dir: .*{message}"):
+        record_seed_check(run, "01_asps", "x", out_dir=where)
+    assert digest(published.parent) == before
+    # the published seed-checks folder and folders outside the published tree pass this check
+    seed_checks = published / "data" / "results" / "seed_checks"
+    for ok in (seed_checks, published.parent / "elsewhere" / "new"):
+        check_out_dir("out_dir", ok)
 
 
 # ----- progress: one line as each notebook starts and ends; no kernel or papermill noise --------------------

@@ -23,8 +23,11 @@ over prompts of tokens/s over autoregressive tokens/s on the same prompt). Every
 in turn, so a slow drift of a shared machine's speed hits every method alike. Results, with machine, versions
 and parameters, go to the run folder ``runs/bench/bench_<host>.json`` (git-ignored), or with ``--publish`` to
 the published ``data/results/bench_<host>.json``. Every argument and the output path are checked before any
-model loads (`check_bench_arguments`, `destinations.check_output_file`): no output inside ``reports/``, none
-inside ``data/results/`` without ``--publish``, no folder as the output. Timings synchronise CUDA.
+model loads, by the same checks for `run_benchmark` and ``specdec bench`` (`check_bench_arguments`): the
+settings (`check_settings`), the methods (`check_methods`: trees within `decoding.MAX_TREE_NODES`, known
+samplings, an acceptance vector only with a Sequoia method), the models they need by name
+(`check_model_names`) and the output (`destinations.check_output_file`: none inside ``reports/``, none inside
+``data/results/`` without ``--publish``, no folder). Timings synchronise CUDA.
 """
 
 from __future__ import annotations
@@ -35,26 +38,31 @@ import socket
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from .. import __version__
-from ..arguments import check_count, check_real, check_temperature
+from ..arguments import check_choice, check_count, check_probabilities, check_real, check_seed, check_temperature
 from ..data import Prompt, load_prompts
-from ..decoding import autoregressive_generate, measured_acceptance_vector, resolve_shape, speculative_generate
-from ..models import load_model
+from ..decoding import (autoregressive_generate, check_tree_shape, measured_acceptance_vector, resolve_shape,
+                        speculative_generate)
+from ..models import check_model_name, load_model
+from ..models.hf import check_device, check_dtype
 from ..progress import tqdm
 from ..reporting.destinations import check_output_file
 from ..reporting.results import atomic_write_text, machine
 from ..sampling import process_logits
+from ..shapes import is_sequoia
 from ..theory import positional_acceptance
+from ..tree import SAMPLING_MODES
 from ..verifiers import get_verifier
 
 __all__ = ["DEFAULT_METHODS", "BenchSettings", "run_benchmark", "bench_main", "main", "format_table",
-           "measure_acceptance_vector", "default_output_path", "bench_output_path", "check_bench_arguments"]
+           "measure_acceptance_vector", "default_output_path", "bench_output_path", "check_bench_arguments",
+           "SETTING_CHECKS", "check_settings", "check_methods", "check_model_names"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
@@ -136,6 +144,7 @@ def _parse_method(name: str) -> dict:
         if not length.isdigit() or int(length) < 1:
             raise ValueError(f"unknown method {name!r}: HF assisted generation drafts chains only, "
                              f"as in 'hf_assisted/chain:4'")
+        check_tree_shape(shape)  # the size limit of our chains holds for HF's too
         return {"name": name, "kind": "hf_assisted", "draft_tokens": int(length)}
     parts = name.split("/")
     if len(parts) not in (2, 3) or not all(parts):
@@ -143,13 +152,77 @@ def _parse_method(name: str) -> dict:
                          f"'<verifier>/<shape>[/<sampling>]' such as 'block/chain:4' or 'token/sequoia:16x6'")
     verifier, shape = parts[0], parts[1]
     get_verifier(verifier)
+    check_tree_shape(shape)  # its form and MAX_TREE_NODES, from the spec
+    if not is_sequoia(shape):
+        resolve_shape(shape)  # the whole tree (Sequoia's waits for its acceptance vector)
     if len(parts) == 3:
-        sampling = parts[2]
-    elif shape.startswith("sequoia:"):
+        sampling = check_choice("sampling", parts[2], SAMPLING_MODES)
+    elif is_sequoia(shape):
         sampling = "without_replacement"
     else:
         sampling = "race" if verifier == "erss" else "iid"
     return {"name": name, "kind": "ours", "verifier": verifier, "shape": shape, "sampling": sampling}
+
+
+Label = Callable[[str], str]
+"""How a check names an argument: the API's own name (the default), or the command line's option."""
+
+
+def _same(name: str) -> str:
+    return name
+
+
+def check_methods(methods: Sequence[str], acceptance_vector: Sequence[float] | None = None,
+                  label: Label = _same) -> list[dict]:
+    """The parsed ``methods`` (`_parse_method`: known verifiers, shapes within `decoding.MAX_TREE_NODES`,
+    known samplings), at least one, and ``acceptance_vector`` only when a method is a Sequoia tree (the
+    only ones that read it). ValueError naming the argument (``label`` of ``methods`` or ``acceptance_vector``)."""
+    if isinstance(methods, str) or not methods:
+        raise ValueError(f"{label('methods')}: no method given (a list of names such as ['autoregressive'])")
+    specs = []
+    for method in methods:
+        try:
+            specs.append(_parse_method(method))
+        except ValueError as exc:  # ArgumentTypeError included
+            raise type(exc)(f"{label('methods')}: {exc}") from None
+    if acceptance_vector is not None and not any(s["kind"] == "ours" and is_sequoia(s["shape"]) for s in specs):
+        raise ValueError(f"{label('acceptance_vector')} is only read by Sequoia trees, and no method of "
+                         f"{list(methods)} is one (e.g. token/sequoia:16x6): drop it or add a Sequoia method")
+    return specs
+
+
+def _default_hf_draft(draft, hf_draft):
+    """The draft of HF assisted generation: ``hf_draft``, else ``draft`` unless it is the feature draft (HF
+    cannot give it the target's features), then the independent draft."""
+    if hf_draft is not None:
+        return hf_draft
+    feature = (draft == "smollm2-135m-eagle") if isinstance(draft, str) else hasattr(draft, "paired_sessions")
+    return INDEPENDENT if feature else draft
+
+
+def _models_used(specs: Sequence[dict], target, draft, hf_draft) -> list[tuple[str, Any]]:
+    """(argument, model or name) of every model the methods run with, target first."""
+    used = [("target", target)]
+    for spec in specs:
+        if spec["kind"] == "ours":
+            used.append(("methods", spec["draft"]) if "draft" in spec else ("draft", draft))
+        elif spec["kind"] == "hf_assisted":
+            used.append(("hf_draft" if hf_draft is not None else "draft", _default_hf_draft(draft, hf_draft)))
+    return used
+
+
+def check_model_names(specs: Sequence[dict], target, draft, hf_draft=None, label: Label = _same) -> None:
+    """Every model given by name that the methods ``specs`` run with can be found (`models.check_model_name`:
+    an offline name, a model folder, a cached or reachable HF id), before any model loads. ValueError
+    naming the argument that gave it."""
+    seen = set()
+    for argument, model in _models_used(specs, target, draft, hf_draft):
+        if isinstance(model, str) and model not in seen:
+            seen.add(model)
+            try:
+                check_model_name(model)
+            except ValueError as exc:
+                raise ValueError(f"{label(argument)}: {exc}") from None
 
 
 def _hf_assisted(target, draft, ids, temperature, top_p, max_new_tokens, seed, eos, draft_tokens=None):
@@ -254,7 +327,27 @@ class BenchSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        check_count("max_new_tokens", self.max_new_tokens)
+        check_settings({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+SETTING_CHECKS = {
+    "max_new_tokens": check_count,
+    "temperature": check_temperature,
+    "top_p": lambda name, value: check_real(name, value, 0.0, 1.0, low_open=True),
+    "seed": check_seed,
+    "acceptance_vector": lambda name, value: None if value is None else check_probabilities(name, value),
+    "device": check_device,
+    "dtype": check_dtype,
+}
+"""The checks of the `BenchSettings` fields, shared by the API and ``specdec bench``: each takes (name, value)
+and raises a ValueError (TypeError for a wrong type) naming the argument."""
+
+
+def check_settings(values: Mapping[str, Any], label: Label = _same) -> None:
+    """Every `SETTING_CHECKS` on ``values`` (a mapping from field name to value), each error naming the
+    argument (``label`` of the field name)."""
+    for name, check in SETTING_CHECKS.items():
+        check(label(name), values[name])
 
 
 def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-instruct", draft="smollm2-135m-eagle",
@@ -262,8 +355,9 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
                   hf_draft=None, output: Path | str | None = None, publish: bool = False) -> dict:
     """Run every method on every prompt under ``settings`` (`BenchSettings`); returns (and writes to
     ``output``, default ``runs/bench/bench_<host>.json``, with ``publish`` ``data/results/bench_<host>.json``;
-    ``output=False`` writes nothing) the results dict. The output is checked before anything runs
-    (`bench_output_path`).
+    ``output=False`` writes nothing) the results dict. The output (`bench_output_path`), the methods
+    (`check_methods`) and the models given by name (`check_model_names`) are checked before anything loads
+    or runs; ``settings`` checks itself (`check_settings`).
 
     ``target`` / ``draft`` / ``hf_draft``: names for `models.load_model` or loaded model objects; a
     method ``...@<name>`` uses the draft of that name. HF assisted generation uses ``hf_draft``, by
@@ -272,9 +366,9 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
     temperature, top_p, seed = settings.temperature, settings.top_p, settings.seed
     max_new_tokens, acceptance_vector = settings.max_new_tokens, settings.acceptance_vector
     path = None if output is False else bench_output_path(output, publish)
-    specs = [_parse_method(m) for m in methods]
-    if not specs:
-        raise ValueError("no methods to benchmark")
+    specs = check_methods(methods, acceptance_vector)
+    check_model_names(specs, target, draft, hf_draft)  # every name found before the first model loads
+    hf_draft = _default_hf_draft(draft, hf_draft) if any(s["kind"] == "hf_assisted" for s in specs) else hf_draft
     if isinstance(target, str):
         target = load_model(target, device=settings.device, dtype=settings.dtype)
     drafts: dict[str, object] = {}
@@ -288,9 +382,6 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
 
     main_draft = (draft if isinstance(draft, str) else draft.name) \
         if any(spec["kind"] == "ours" and "draft" not in spec for spec in specs) else None
-    if hf_draft is None:
-        feature = (draft == "smollm2-135m-eagle") if isinstance(draft, str) else hasattr(draft, "paired_sessions")
-        hf_draft = INDEPENDENT if feature else draft
     for spec in specs:
         if spec["kind"] == "ours":
             spec["draft"] = named(spec.get("draft", draft))
@@ -303,8 +394,8 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
     for spec in specs:  # resolve every shape once (Sequoia's DP runs here, not per prompt)
         if spec["kind"] != "ours":
             continue
-        vector = acceptance_vector
-        if spec["shape"].startswith("sequoia:") and vector is None:
+        vector = acceptance_vector if is_sequoia(spec["shape"]) else None  # only Sequoia trees read one
+        if is_sequoia(spec["shape"]) and vector is None:
             if spec["draft"] not in vectors:
                 recorded = _recorded_vector(spec["draft"], temperature)
                 if recorded is not None:
@@ -436,24 +527,22 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _option(name: str) -> str:
+    """The ``specdec bench`` option of a `run_benchmark` / `BenchSettings` argument."""
+    return "--" + name.replace("_", "-")
+
+
 def check_bench_arguments(args: argparse.Namespace) -> dict:
-    """The ``specdec bench`` arguments checked before any model loads: counts >= 1 (``--num-prompts``,
-    ``--per-category``, ``--max-new-tokens``, ``--threads``), a finite temperature >= 0, ``--top-p`` in (0, 1],
-    known methods, a numeric acceptance vector and the output file (`bench_output_path`). ValueError naming the
-    option; returns the methods, the acceptance vector and the output path."""
-    for option in ("num_prompts", "per_category", "max_new_tokens", "threads"):
+    """The ``specdec bench`` arguments checked before any model loads or any prompt is read: counts >= 1
+    (``--num-prompts``, ``--per-category``, ``--threads``), the settings (`check_settings`: ``--max-new-tokens``,
+    a finite temperature >= 0, ``--top-p`` in (0, 1], a seed torch takes, an acceptance vector of numbers in
+    [0, 1], a known dtype and a device this machine has), the methods (`check_methods`: known, trees within
+    their size limit, a vector only with a Sequoia method), the models they need by name (`check_model_names`)
+    and the output file (`bench_output_path`). ValueError naming the option; returns the methods, the
+    acceptance vector and the output path."""
+    for option in ("num_prompts", "per_category", "threads"):
         if getattr(args, option) is not None:
-            check_count("--" + option.replace("_", "-"), getattr(args, option))
-    check_temperature("--temperature", args.temperature)
-    check_real("--top-p", args.top_p, 0.0, 1.0, low_open=True)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods:
-        raise ValueError("--methods: no method given")
-    for method in methods:
-        try:
-            _parse_method(method)
-        except ValueError as exc:
-            raise ValueError(f"--methods: {exc}") from None
+            check_count(_option(option), getattr(args, option))
     vector = None
     if args.acceptance_vector:
         try:
@@ -461,8 +550,14 @@ def check_bench_arguments(args: argparse.Namespace) -> dict:
         except ValueError:
             raise ValueError(f"--acceptance-vector: {args.acceptance_vector!r} is not a comma-separated list of "
                              f"numbers") from None
-    return {"methods": methods, "acceptance_vector": vector,
-            "output": bench_output_path(args.output, args.publish)}
+    check_settings({"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                    "seed": args.seed, "acceptance_vector": vector, "device": args.device, "dtype": args.dtype},
+                   _option)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    specs = check_methods(methods, vector, _option)
+    output = bench_output_path(args.output, args.publish)
+    check_model_names(specs, args.target, args.draft, args.hf_draft, _option)
+    return {"methods": methods, "acceptance_vector": vector, "output": output}
 
 
 main = bench_main  # the entry point `specdec bench` calls (specdec_lib.cli)

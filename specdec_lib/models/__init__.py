@@ -11,13 +11,28 @@ Toy LMs over tiny vocabularies are in `specdec_lib.models.synthetic`.
 
 from __future__ import annotations
 
-from .hf import KVSession, LanguageModel, load_hf, resolve_device, resolve_dtype, tree_attention_mask
+from ..arguments import check_model
+from .hf import KVSession, LanguageModel, check_hf_name, load_hf, resolve_device, resolve_dtype, tree_attention_mask
 from . import offline
 from .feature import load_feature_draft_lm
 
-__all__ = ["load_model", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
+__all__ = ["load_model", "check_model_name", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
 
 EAGLE_NAME, OFFLINE_NAMES = offline.EAGLE_NAME, offline.OFFLINE_NAMES
+
+
+def _check_name(name_or_path) -> None:
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise ValueError(f"load_model needs a model name, HF id or directory (name_or_path); the offline "
+                         f"names are {', '.join(map(repr, OFFLINE_NAMES))}; got {name_or_path!r}")
+
+
+def check_model_name(name_or_path: str) -> None:
+    """ValueError, before anything loads, unless `load_model` can find ``name_or_path``: one of the
+    `OFFLINE_NAMES`, or a model directory or HF id `hf.check_hf_name` finds (cache, or the hub now)."""
+    _check_name(name_or_path)
+    if name_or_path not in OFFLINE_NAMES:
+        check_hf_name(name_or_path)
 
 
 def load_model(name_or_path: str, device=None, dtype=None, device_map=None, target: LanguageModel | None = None):
@@ -36,11 +51,14 @@ def load_model(name_or_path: str, device=None, dtype=None, device_map=None, targ
 
     ``device`` None means CUDA when available, else CPU; a device this machine lacks (``"cuda"``
     without a GPU) is a ValueError naming ``device``.
+
+    Bad arguments fail before anything loads: ``dtype`` and ``device`` (`hf.resolve_dtype`,
+    `hf.resolve_device`) and ``target``, which must be a loaded `LanguageModel` (TypeError naming it).
     """
-    if not isinstance(name_or_path, str) or not name_or_path:
-        raise ValueError(f"load_model needs a model name, HF id or directory (name_or_path); the offline "
-                         f"names are {', '.join(map(repr, OFFLINE_NAMES))}; got {name_or_path!r}")
+    _check_name(name_or_path)
     resolve_dtype(dtype)  # bad arguments fail before any loading
+    if target is not None:
+        check_model("target", target)
     if device_map is None:
         resolve_device(device)
     if name_or_path == offline.TARGET_NAME:

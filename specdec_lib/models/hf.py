@@ -24,13 +24,14 @@ from typing import Sequence
 
 import torch
 
+from ..arguments import ArgumentTypeError
 from ..progress import quiet_loading
 from .cpu_linear import use_small_batch_linear
 from .kv_cache import with_cache
 from .names import OFFLINE_NAMES
 
 __all__ = ["LanguageModel", "KVSession", "load_hf", "tree_attention_mask", "resolve_dtype", "resolve_device",
-           "check_tokenizer_files"]
+           "check_dtype", "check_device", "check_hf_name", "check_tokenizer_files"]
 
 HUB_TIMEOUT_S = 10.0
 """Seconds the one hub lookup of `load_hf` may take before the model counts as unreachable."""
@@ -50,7 +51,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """``"bfloat16"`` / ``torch.bfloat16`` / None -> torch dtype or None. ValueError naming ``dtype``
-    for a dtype a model cannot compute in here (``torch.float8_e4m3fn``, integer or complex dtypes)."""
+    for a dtype a model cannot compute in here (``torch.float8_e4m3fn``, integer or complex dtypes);
+    `arguments.ArgumentTypeError` for neither a dtype nor a name (``16``)."""
     if dtype is None:
         return None
     if isinstance(dtype, torch.dtype):
@@ -59,7 +61,7 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
                              f"{[str(d) for d in _MODEL_DTYPES]} or a name of {sorted(_DTYPES)}")
         return dtype
     if not isinstance(dtype, str):
-        raise ValueError(f"dtype must be a torch dtype or a name, got {dtype!r} ({type(dtype).__name__}); "
+        raise ArgumentTypeError(f"dtype must be a torch dtype or a name, got {dtype!r} ({type(dtype).__name__}); "
                          f"expected one of {sorted(_DTYPES)}")
     try:
         return _DTYPES[dtype.lower()]
@@ -102,6 +104,24 @@ def resolve_device(device) -> torch.device:
         if mps is None or not mps.is_available():
             raise ValueError(f"device {device!r}: MPS is not available on this machine; use device='cpu'")
     return dev
+
+
+def check_dtype(name: str, value):
+    """`resolve_dtype` of ``value`` with the error naming the argument ``name`` (e.g. ``--dtype``)."""
+    try:
+        return resolve_dtype(value)
+    except ValueError as exc:  # ArgumentTypeError included: the type of the error is kept
+        raise type(exc)(f"{name}: {exc}") from None
+
+
+def check_device(name: str, value):
+    """`resolve_device` of ``value`` (None: None, the loader's default) with the error naming ``name``."""
+    if value is None:
+        return None
+    try:
+        return resolve_device(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 class LanguageModel:
@@ -440,6 +460,43 @@ def _check_hub_id(name: str) -> None:
                          f"{_offline_names()}") from None
 
 
+def _hf_source(name_or_path: str | Path) -> tuple[str, bool]:
+    """(``name_or_path`` as text, whether it is a local directory), checked without loading anything: a
+    directory must hold tokenizer files, anything else must be a valid HF id (ValueError otherwise)."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        check_tokenizer_files(path)
+        return text, True
+    if path.exists():
+        raise ValueError(f"could not load model {text!r}: it is a file, not a model directory")
+    if isinstance(name_or_path, Path) or text.startswith((".", "/", "~", "\\")) or text.count("/") > 1:
+        raise ValueError(f"could not load model {text!r}: no such directory; {_offline_names()}")
+    # lazy: hub access is optional (offline use never touches it)
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as exc:
+        raise ValueError(f"could not load model {text!r}: neither a directory nor a valid HF id ({exc}); "
+                         f"{_offline_names()}") from None
+    return text, False
+
+
+def check_hf_name(name_or_path: str | Path) -> None:
+    """ValueError, before anything loads, unless `load_hf` can find ``name_or_path``: a model directory,
+    a hub id in the HF cache, or one the hub serves now (`_check_hub_id`, one request with a timeout)."""
+    text, local = _hf_source(name_or_path)
+    if local:
+        return
+    # lazy: hub access is optional (offline use never touches it)
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(text, "config.json"), str):
+        _check_hub_id(text)
+
+
 def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: str | None = None) -> LanguageModel:
     """Any HF causal LM id or local directory -> `LanguageModel` (safetensors only, no remote code).
 
@@ -463,25 +520,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, device_map=None, name: s
     kwargs = dict(dtype=torch_dtype, use_safetensors=True, trust_remote_code=False)
     if device_map is not None:
         kwargs["device_map"] = device_map
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    local = path.is_dir()
-    if local:
-        check_tokenizer_files(path)
-    else:
-        if path.exists():
-            raise ValueError(f"could not load model {text!r}: it is a file, not a model directory")
-        if isinstance(name_or_path, Path) or text.startswith((".", "/", "~", "\\")) or text.count("/") > 1:
-            raise ValueError(f"could not load model {text!r}: no such directory; {_offline_names()}")
-        # lazy: hub access is optional (offline use never touches it)
-        from huggingface_hub.errors import HFValidationError
-        from huggingface_hub.utils import validate_repo_id
-
-        try:
-            validate_repo_id(text)
-        except HFValidationError as exc:
-            raise ValueError(f"could not load model {text!r}: neither a directory nor a valid HF id ({exc}); "
-                             f"{_offline_names()}") from None
+    text, local = _hf_source(name_or_path)
     # lazy: transformers takes seconds to import; only model loading needs it (bad arguments fail before)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

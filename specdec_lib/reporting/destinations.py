@@ -96,6 +96,18 @@ def check_run_folder(name: str, folder: Path | str, published: Path) -> None:
                          f"({', '.join(str(published / sub) for sub in RUN_FOLDERS)}) or a folder outside it")
 
 
+def check_own_folder(name: str, folder: Path | str, own: Path | str) -> None:
+    """ValueError naming ``name`` unless ``folder`` is ``own`` (the one folder of the published tree a command
+    writes into, e.g. ``data/results/seed_checks``) or lies outside the published tree, and is a folder this
+    process can write (`check_writable_dir`): ``reports/`` or ``reports/claims`` would take its files for
+    reports or claims."""
+    if not same_dir(folder, own) and any(inside(folder, root) for root in (PUBLISHED_REPORTS_DIR,
+                                                                          PUBLISHED_RESULTS_DIR)):
+        raise ValueError(f"{name}: {folder} lies inside the published {PUBLISHED_REPORTS_DIR} / "
+                         f"{PUBLISHED_RESULTS_DIR} tree; use {own} or a folder outside it")
+    check_writable_dir(name, folder)
+
+
 def check_writable_dir(name: str, folder: Path | str) -> None:
     """ValueError naming ``name`` unless ``folder`` is a folder this process can write in, or can be created
     (its nearest existing parent is a writable folder): a file, or a read-only folder, is refused up front."""
@@ -179,22 +191,16 @@ def failures_dir(profile: str, reports: Path) -> Path:
 # ----------------------------------------------------------------------------------------- parameter values
 
 def _check_dtype(name: str, value: str) -> str:
-    from ..models.hf import resolve_dtype  # the one list of dtypes a model can compute in
+    from ..models.hf import check_dtype  # lazy (torch); the one list of dtypes a model can compute in
 
-    try:
-        resolve_dtype(value)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+    check_dtype(name, value)
     return value
 
 
 def _check_device(name: str, value: str) -> str:
-    from ..models.hf import resolve_device
+    from ..models.hf import check_device  # lazy (torch)
 
-    try:
-        resolve_device(value)
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+    check_device(name, value)
     return value
 
 
@@ -252,5 +258,5 @@ def check_run(profile: str, parameters: Mapping[str, Any] | None = None, reports
 __all__ = ["PROFILES", "PUBLISHED_REPORTS_DIR", "PUBLISHED_RESULTS_DIR", "CUSTOM", "RUN_FOLDERS",
            "EXECUTION_PARAMETERS", "MODEL_PARAMETERS", "VALUE_CHECKS", "design_parameters", "check_profile",
            "default_reports_dir", "default_results_dir", "same_dir", "inside", "is_published", "check_run_folder",
-           "check_writable_dir", "check_existing_dir", "check_output_file", "destinations", "failures_dir",
+           "check_own_folder", "check_writable_dir", "check_existing_dir", "check_output_file", "destinations", "failures_dir",
            "check_run_parameters", "check_timeout", "check_run"]

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .destinations import check_existing_dir
+from .destinations import check_existing_dir, check_writable_dir
 from .contention import contention_note, overlapping_runs, run_span
 from .html import _COLOURS, _cell, paper_value_cell, size_cell, split_ci
 from .notebooks import NOTEBOOK_DIR, list_notebooks
@@ -210,8 +210,9 @@ def build_index(reports_dir: Path | str, notebook_dir: Path | str | None = NOTEB
     (`previous_claims`), the registry's rule
     changes (`rule_history`), the notebooks and
     every claim, with a verdict filter (a small inline script; without it every row shows). ValueError naming
-    ``reports_dir`` when it is not an existing folder (it is never created here)."""
+    ``reports_dir`` when it is not an existing folder (it is never created here) or cannot be written."""
     check_existing_dir("reports_dir", reports_dir)
+    check_writable_dir("reports_dir", reports_dir)
     reports = Path(reports_dir)
     claim_rows, nb_rows = index_rows(reports, notebook_dir)
     beside = overlapping_runs(load_status(reports))

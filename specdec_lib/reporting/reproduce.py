@@ -2,7 +2,8 @@
 
 `reproduce` runs the selected notebooks (several at a time: `PROFILE_JOBS`, `threads_per_notebook`) and
 `run_notebook` one of them. A run is staged in a temporary folder and moved into place only when the notebook
-succeeded, so a failure never overwrites the last good report. The kernel runs with `KERNEL_ENV` (no progress
+succeeded, all or nothing with its status record (`publication`: an error while publishing undoes every
+move), so a failure never overwrites the last good report. The kernel runs with `KERNEL_ENV` (no progress
 bars, inline figures), and stderr left in a notebook moves to ``logs/``. Ctrl-C or SIGTERM stops the whole
 run, parallel workers included, publishes nothing partial and exits with 130.
 
@@ -44,6 +45,7 @@ from .destinations import (CUSTOM, EXECUTION_PARAMETERS, PROFILES, PUBLISHED_REP
 from .contention import record_overlaps
 from .html import add_claims_summary, claims_summary_html, render_html, split_ci, strip_stderr, summary_paragraph
 from .index import PREVIOUS_CLAIMS, build_index, claim_changes, index_changes, index_rows, load_status, previous_claims
+from .publication import publication
 from .notebooks import NOT_A_LITERAL, NOTEBOOK_DIR, check_parameters, list_notebooks, notebook_parameters, resolve_notebooks
 from .results import atomic_write_text, git_revision, load_claims, machine
 
@@ -161,26 +163,6 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Move folder ``src`` to ``dst``, replacing ``dst`` (the old copy is removed only after the move,
-    and put back if the move fails or is interrupted)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dst, old)
-    try:
-        shutil.move(str(src), str(dst))
-    except BaseException:
-        if old is not None:
-            shutil.rmtree(dst, ignore_errors=True)
-            os.replace(old, dst)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, Any] | None = None,
                  options: RunOptions = RunOptions()) -> NotebookRun:
     """Execute one notebook with papermill and publish its report, claims and results on success.
@@ -240,16 +222,18 @@ def run_notebook(name: str, profile: str = "default", parameters: Mapping[str, A
         except Exception as exc:  # noqa: BLE001 - any failure of one notebook is recorded, never propagated
             error = _describe(exc)
         duration = time.perf_counter() - t0
-        if error:
-            record = failures_dir(profile, reports)
-            record.mkdir(parents=True, exist_ok=True)
-            report = _keep_failed(executed, record, name)
-            run = NotebookRun(name, "failed", profile, started, duration, error, report, _jsonable(params), **info)
-        else:
-            record = reports
-            _publish(stage, reports, results, name, stray)
+        if not error:
             run = NotebookRun(name, "ok", profile, started, duration, "", f"{name}.html", _jsonable(params), **info,
                               stderr_outputs=len(stray))
+            try:
+                _publish(stage, reports, results, name, stray, run)  # its status record included
+                return run
+            except Exception as exc:  # noqa: BLE001 - undone (all or nothing): recorded as a failed run
+                error = f"publishing failed and was undone, nothing of the run is published: {_describe(exc)}"
+        record = failures_dir(profile, reports)
+        record.mkdir(parents=True, exist_ok=True)
+        report = _keep_failed(executed, record, name)
+        run = NotebookRun(name, "failed", profile, started, duration, error, report, _jsonable(params), **info)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     _record_status(record, run)
@@ -270,26 +254,29 @@ def _keep_failed(executed: Path, reports: Path, name: str) -> str:
     return f"failed/{name}.html" if (failed / f"{name}.html").exists() else ""
 
 
-def _publish(stage: Path, reports: Path, results: Path, name: str, stray: list[str]) -> None:
-    """Move a successful run's staged report, claims (keeping the replaced ones as the baseline of
-    "changed since"), stderr log and result folders into place; drop a stale failed output."""
-    os.replace(stage / f"{name}.html", reports / f"{name}.html")
-    (reports / "claims").mkdir(exist_ok=True)
-    if (reports / "claims" / f"{name}.json").exists():  # the baseline of "changed since" in the index
-        (reports / PREVIOUS_CLAIMS).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(reports / "claims" / f"{name}.json", reports / PREVIOUS_CLAIMS / f"{name}.json")
-    os.replace(stage / "claims" / f"{name}.json", reports / "claims" / f"{name}.json")
-    log = reports / "logs" / f"{name}.stderr.txt"
-    if stray:
-        log.parent.mkdir(exist_ok=True)
-        os.replace(stage / "logs" / f"{name}.stderr.txt", log)
-    else:
-        log.unlink(missing_ok=True)
-    for produced in sorted((stage / "results").glob("*")) if (stage / "results").exists() else []:
-        if produced.is_dir():
-            _replace_dir(produced, results / produced.name)
-    for stale in (reports / "failed" / f"{name}.ipynb", reports / "failed" / f"{name}.html"):
-        stale.unlink(missing_ok=True)
+def _publish(stage: Path, reports: Path, results: Path, name: str, stray: list[str], run: NotebookRun) -> None:
+    """Move a successful run's staged report, claims (the replaced ones kept as the baseline of "changed
+    since"), stderr log and result folders into place, drop a stale failed output and record ``run`` in
+    status.json: all or nothing (`publication`; an error part-way undoes every move and propagates)."""
+    with _status_lock(reports), publication() as pub:
+        pub.put(stage / f"{name}.html", reports / f"{name}.html")
+        claims = reports / "claims" / f"{name}.json"
+        if claims.exists():  # the baseline of "changed since" in the index
+            shutil.copy2(claims, stage / "previous.json")
+            pub.put(stage / "previous.json", reports / PREVIOUS_CLAIMS / f"{name}.json")
+        pub.put(stage / "claims" / f"{name}.json", claims)
+        log = reports / "logs" / f"{name}.stderr.txt"
+        if stray:
+            pub.put(stage / "logs" / f"{name}.stderr.txt", log)
+        else:
+            pub.remove(log)
+        for produced in sorted((stage / "results").glob("*")) if (stage / "results").exists() else []:
+            if produced.is_dir():
+                pub.put(produced, results / produced.name)
+        for stale in (reports / "failed" / f"{name}.ipynb", reports / "failed" / f"{name}.html"):
+            pub.remove(stale)
+        atomic_write_text(stage / "status.json", _status_with(reports, run))
+        pub.put(stage / "status.json", reports / "status.json")
 
 
 def _describe(exc: BaseException) -> str:
@@ -306,18 +293,29 @@ def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(dict(params), default=str))
 
 
-def _record_status(reports: Path, run: NotebookRun) -> None:
-    """Add one run to ``status.json`` under a file lock (parallel runs of `reproduce` write it too)."""
-    path = reports / "status.json"
-    # the lock is on the reports folder itself, so no lock file is left beside the reports
+@contextlib.contextmanager
+def _status_lock(reports: Path) -> Iterator[None]:
+    """An exclusive lock on the reports folder (parallel runs of `reproduce` write its status.json too); the
+    lock is on the folder itself, so no lock file is left beside the reports."""
     fd = os.open(reports, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        status = load_status(reports)
-        status[run.notebook] = asdict(run)
-        atomic_write_text(path, json.dumps(record_overlaps(status), indent=1, sort_keys=True))
+        yield
     finally:
         os.close(fd)
+
+
+def _status_with(reports: Path, run: NotebookRun) -> str:
+    """The text of ``reports``' status.json with ``run`` added (under `_status_lock`)."""
+    status = load_status(reports)
+    status[run.notebook] = asdict(run)
+    return json.dumps(record_overlaps(status), indent=1, sort_keys=True)
+
+
+def _record_status(reports: Path, run: NotebookRun) -> None:
+    """Add one run to ``status.json`` under `_status_lock`."""
+    with _status_lock(reports):
+        atomic_write_text(reports / "status.json", _status_with(reports, run))
 
 
 KERNEL_START_FAILURE = "Kernel died before replying to kernel_info"

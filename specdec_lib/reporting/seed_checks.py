@@ -81,6 +81,12 @@ def seed_run_differences(run: Mapping[str, Any], published: Mapping[str, Any], r
     return out
 
 
+def check_out_dir(name: str, out_dir: Path | str) -> None:
+    """ValueError naming ``name`` unless ``out_dir`` can take seed-check files: the published seed-checks
+    folder (`SEED_CHECKS_DIR`) or a folder outside the published tree, writable (`destinations.check_own_folder`)."""
+    destinations.check_own_folder(name, out_dir, destinations.PUBLISHED_REPORTS_DIR / SEED_CHECKS)
+
+
 def _check_comparable(run: Mapping[str, Any], notebook: str, published_dir: Path) -> None:
     published = load_status(published_dir).get(notebook)
     if published is None or published.get("status") != "ok":
@@ -107,8 +113,11 @@ def record_seed_check(run_dir: Path | str, notebook: str, purpose: str, keep: Se
     ones containing a text of ``keep``) from the reports folder ``run_dir`` of a finished run with ``-p seeds``
     (or ``-p seed``). ValueErrors, before anything is written: no run of ``notebook`` there or no claims of it,
     a run that did not finish ("ok"), no seeds, an empty ``purpose``, a ``keep`` text that matches no claim,
-    and a run not comparable with the published run of ``notebook`` in ``published_dir`` (default: the
-    published ``reports/``), naming every difference (`seed_run_differences`). Returns the path written."""
+    a run not comparable with the published run of ``notebook`` in ``published_dir`` (default: the
+    published ``reports/``), naming every difference (`seed_run_differences`), and an ``out_dir`` inside the
+    published tree other than its seed-checks folder, or one that is a file or read-only (`check_out_dir`).
+    Returns the path written."""
+    check_out_dir("out_dir", out_dir)
     if not isinstance(purpose, str) or not purpose.strip():
         raise ValueError("purpose must say what the check keeps of the notebook's design (a non-empty text)")
     run_dir = Path(run_dir)
@@ -132,4 +141,4 @@ def record_seed_check(run_dir: Path | str, notebook: str, purpose: str, keep: Se
     return path
 
 
-__all__ = ["SEED_CHECKS_DIR", "PAIR_PARAMETERS", "record_seed_check", "seed_run_differences", "code_difference"]
+__all__ = ["SEED_CHECKS_DIR", "PAIR_PARAMETERS", "record_seed_check", "check_out_dir", "seed_run_differences", "code_difference"]
