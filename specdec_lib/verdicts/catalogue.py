@@ -85,6 +85,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("04_block", "Toy γ = 10: E[τ] token vs block", "abs(e - paper) < 1e-5", "exact"),
     ("04_block", "BE(block) > BE(token)", "checked_claim(GainCheck block vs token)", "superiority"),
     ("04_block", "Gain grows with γ", "checked_claim(TrendCheck over γ)", "trend"),
+    ("04_block", "[second drafter] BE(block) > BE(token)", "checked_claim(GainCheck block vs token)", "superiority"),
+    ("04_block", "The better drafter gains more", "checked_claim(TrendCheck over the drafters' acceptance)", "trend"),
     ("04_block", "BE grows with γ (token verification)", "checked_claim(TrendCheck over γ, level)", "trend"),
     ("04_block", "Gain grows with temperature", "checked_claim(TrendCheck over temperature)", "trend"),
     ("04_block", "At T = 0 (greedy) block verification keeps the tokens token verification keeps",
