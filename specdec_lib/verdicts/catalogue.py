@@ -69,6 +69,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "exact"),
     ("03_erss", "C1 batch, k = 1: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
     ("03_erss", "C1 batch, k ≥ 3: ERSS > GSS", "checked_claim(GainCheck)", "superiority"),
+    ("03_erss", "[second drafter] C1 batch, k ≥ 3: ERSS > GSS", "checked_claim(GainCheck, the second drafter)", "superiority"),
     ("03_erss", "C2 sequence: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
     ("03_erss", "C3 empirical sequence curve plateaus above",
      "checked_claim(EveryCheck over method, ModelGapCheck sequence vs 0th-order G from r at the same contexts)",
