@@ -13,6 +13,7 @@ end of the cell (``plt.show()``). Intervals are drawn as error bars: bootstrap 9
 * `g_curves` -- ERSS's Figures 3-4: empirical G(k) with CIs, the 0th-order theory and the Lemma 4.3 bounds.
 * `positional_law` -- the index distribution r(i) (mean over drafted stars ± 1.96 SE), log scale.
 * `forest` -- many paired gains side by side: one row per comparison with its CI, one panel per ``col``.
+* `predicted_against_measured` -- measured against predicted speedups with their CIs, the diagonal and a margin.
 """
 
 from __future__ import annotations
@@ -354,6 +355,30 @@ def forest(frame, label: str, x: str = "gain", lo: str | None = "ci_low", hi: st
     return fig
 
 
+def predicted_against_measured(check, margin: float = 0.20, choice: str | None = "optimizer's choice",
+                               title: str | None = None, width: float = 5.0, height: float = 4.0):
+    """Measured speedups against predicted ones, one point per tree (index of ``check``; columns predicted
+    speedup, measured speedup, size, and CI low / CI high of measured / predicted - 1), each labelled with its
+    size (``choice`` marked), the diagonal and the band of ±``margin`` around it."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(width, height))
+    lows = check["predicted speedup"] * (1 + check["CI low"])
+    highs = check["predicted speedup"] * (1 + check["CI high"])
+    ax.errorbar(check["predicted speedup"], check["measured speedup"],
+                yerr=[check["measured speedup"] - lows, highs - check["measured speedup"]], fmt="o", capsize=3)
+    for name, r in check.iterrows():
+        ax.annotate(f" n={int(r['size'])}" + (" (choice)" if name == choice else ""),
+                    (r["predicted speedup"], r["measured speedup"]), fontsize=8)
+    lim = [0, 1.1 * float(max(check["predicted speedup"].max(), highs.max(), 1.0))]
+    ax.plot(lim, lim, "--", color="grey", lw=0.8, label="measured = predicted")
+    ax.fill_between(lim, [(1 - margin) * x for x in lim], [(1 + margin) * x for x in lim], color="grey", alpha=0.12,
+                    lw=0, label=f"±{100 * margin:.0f}% (the rule's margin)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set(xlim=lim, ylim=lim, xlabel="predicted speedup (profile + acceptance vector)",
+           ylabel="measured speedup (95% CI over prompts)", title=title)
+    return fig
+
+
 def errorbar_count(fig) -> int:
     """Number of error-bar lines (ErrorbarContainer) in a figure: one per plotted group."""
     # lazy: matplotlib is only needed when a figure is drawn
@@ -363,4 +388,4 @@ def errorbar_count(fig) -> int:
 
 
 __all__ = ["ci_lines", "gain_plot", "gain_with_theory", "ccdf", "compare_lines", "g_curves", "positional_law", "wilson_interval",
-           "forest", "errorbar_count"]
+           "forest", "predicted_against_measured", "errorbar_count"]

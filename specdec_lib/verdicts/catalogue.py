@@ -8,7 +8,7 @@ test, and its kind agrees with `rule_for` for every reported claim (tests/test_c
 
 from __future__ import annotations
 
-import re
+from .registry import claim_pattern, entry_for
 
 # ----------------------------------------------------------------------------------------- mapping
 
@@ -69,6 +69,7 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
      "exact"),
     ("03_erss", "C1 batch, k = 1: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
     ("03_erss", "C1 batch, k ≥ 3: ERSS > GSS", "checked_claim(GainCheck)", "superiority"),
+    ("03_erss", "[second drafter] C1 batch, k ≥ 3: ERSS > GSS", "checked_claim(GainCheck, the second drafter)", "superiority"),
     ("03_erss", "C2 sequence: GSS > ERSS", "checked_claim(GainCheck, direction '<')", "superiority"),
     ("03_erss", "C3 empirical sequence curve plateaus above",
      "checked_claim(EveryCheck over method, ModelGapCheck sequence vs 0th-order G from r at the same contexts)",
@@ -115,6 +116,8 @@ NOTEBOOK_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("05_sequoia", "SpecInfer degrades at low temperature", "ratio(T_lo) > ratio(T_hi)", "trend"),
     ("05_sequoia", "Top-k degrades at high temperature", "ratio(T_hi) > ratio(T_lo)", "trend"),
     ("05_sequoia", "Sequoia trees give more tokens per step than SpecInfer", "checked_claim(GainCheck, paired per prompt)", "superiority"),
+    ("05_sequoia", "[second drafter] Sequoia trees give more tokens per step than SpecInfer",
+     "checked_claim(GainCheck, paired per context, the second drafter)", "superiority"),
     ("05_sequoia", "Sequoia trees beat full k-ary trees", "checked_claim(GainCheck, paired per prompt)", "superiority"),
     ("05_sequoia", "Sequoia trees beat branching k-ary trees", "checked_claim(GainCheck, paired per prompt)", "superiority"),
     ("05_sequoia", "Scalability: Sequoia keeps growing", "growth(sq) > growth(kl), partly sq grows", "trend"),
@@ -170,9 +173,7 @@ def rule_entry(claim_text: str, notebook: str | None = None) -> tuple[str, str, 
     for entry in NOTEBOOK_RULES:
         if notebook is not None and entry[0] != notebook:
             continue
-        pattern = "".join("(?:.*?)" if part.startswith("{") else re.escape(part)
-                          for part in re.split(r"(\{[^}]*\})", entry[1]))
-        if re.match(pattern, claim_text):
+        if claim_pattern(entry[1]).match(claim_text):
             return entry
     raise KeyError(f"no rule for claim {claim_text!r}")
 
@@ -184,8 +185,6 @@ def rule_for(claim_text: str, notebook: str | None = None) -> str:
 
 def registry_entry(claim_text: str, notebook: str):
     """The claims-registry entry (`registry.Entry`) of a notebook's claim, by its notebook and text."""
-    from .registry import entry_for
-
     return entry_for(notebook, claim_text)
 
 

@@ -83,11 +83,13 @@ class Entry:
         return NULL_TEST.format(id=self.id)
 
     def matches(self, notebook: str, claim_text: str) -> bool:
-        return notebook == self.notebook and _pattern(self.claim).match(claim_text) is not None
+        return notebook == self.notebook and claim_pattern(self.claim).match(claim_text) is not None
 
 
 @functools.lru_cache(maxsize=None)
-def _pattern(prefix: str) -> re.Pattern:
+def claim_pattern(prefix: str) -> re.Pattern:
+    """The regular expression of a claim text ``prefix`` whose f-string fields ({...}) match anything; match
+    it at the start of a notebook's claim text."""
     return re.compile("".join("(?:.*?)" if part.startswith("{") else re.escape(part)
                               for part in re.split(r"(\{[^}]*\})", prefix)))
 
