@@ -369,3 +369,16 @@ def test_model_folder_without_tokenizer(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match="has no tokenizer files.*tokenizer.json"):
         load_model(str(tmp_path), device="cpu")
+
+
+def test_an_offline_name_whose_weights_are_missing_is_refused_by_name(tmp_path, monkeypatch):
+    from specdec_lib import models
+    from specdec_lib.models import feature_net, offline
+
+    models.check_model_name(DRAFT_NAME)  # the committed weights are found
+    monkeypatch.setattr(offline, "DRAFT_DIR", tmp_path / "no-draft")
+    monkeypatch.setattr(feature_net, "EAGLE_DIR", tmp_path / "no-eagle")
+    for name, folder in ((DRAFT_NAME, "no-draft"), (models.EAGLE_NAME, "no-eagle")):
+        with pytest.raises(ValueError, match=f"could not load model '{name}': its weights .*{folder}.* are missing"):
+            models.check_model_name(name)
+    models.check_model_name("smollm2-135m-int4")  # derived from the target: no weights of its own

@@ -92,6 +92,8 @@ def test_the_default_output_is_a_git_ignored_run_folder_and_publish_names_data_r
     (["--hf-draft", "nonexistent-model-xyz", "--methods", "hf_assisted"],
      "--hf-draft: could not load model 'nonexistent-model-xyz'"),
     (["--methods", "token/chain:2@nonexistent-model-xyz"], "--methods: could not load model 'nonexistent-model-xyz'"),
+    (["--hf-draft", "smollm2-135m-draft"], "--hf-draft 'smollm2-135m-draft' is the draft of HF assisted generation, "
+                                           "and no method of ['autoregressive'] is one"),
     (["--target", "nonexistent-model-xyz"], "--target: could not load model 'nonexistent-model-xyz'"),
     (["--draft", "{tmp}/no_such_folder", "--methods", "token/chain:2"], "--draft: could not load model"),
 ])
@@ -153,7 +155,9 @@ def test_run_benchmark_and_its_settings_refuse_what_the_command_line_refuses(mon
             (["token/chain:4"], benchmark.BenchSettings(acceptance_vector=[0.5]), None,
              "acceptance_vector is only read by Sequoia trees"),
             (["hf_assisted"], benchmark.BenchSettings(), "nonexistent-model-xyz",
-             "hf_draft: could not load model 'nonexistent-model-xyz'")):
+             "hf_draft: could not load model 'nonexistent-model-xyz'"),
+            (["token/chain:4"], benchmark.BenchSettings(), "smollm2-135m-draft",
+             r"hf_draft 'smollm2-135m-draft' is the draft of HF assisted generation, and no method of \['token/chain:4'\]")):
         with pytest.raises(ValueError, match=message):
             benchmark.run_benchmark(["p"], "smollm2-135m-instruct", "smollm2-135m-draft", methods, settings,
                                     hf_draft=hf_draft, output=False)

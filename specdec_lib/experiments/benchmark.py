@@ -214,7 +214,12 @@ def _models_used(specs: Sequence[dict], target, draft, hf_draft) -> list[tuple[s
 def check_model_names(specs: Sequence[dict], target, draft, hf_draft=None, label: Label = _same) -> None:
     """Every model given by name that the methods ``specs`` run with can be found (`models.check_model_name`:
     an offline name, a model folder, a cached or reachable HF id), before any model loads. ValueError
-    naming the argument that gave it."""
+    naming the argument that gave it, and for an ``hf_draft`` that no method would run (only HF assisted
+    generation reads it)."""
+    if hf_draft is not None and not any(spec["kind"] == "hf_assisted" for spec in specs):
+        raise ValueError(f"{label('hf_draft')} {getattr(hf_draft, 'name', hf_draft)!r} is the draft of HF assisted "
+                         f"generation, and no method of {[spec['name'] for spec in specs]} is one (hf_assisted, "
+                         "hf_assisted/chain:N): drop it or add such a method")
     seen = set()
     for argument, model in _models_used(specs, target, draft, hf_draft):
         if isinstance(model, str) and model not in seen:

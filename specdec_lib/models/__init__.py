@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..arguments import check_model
 from .hf import KVSession, LanguageModel, check_hf_name, load_hf, resolve_device, resolve_dtype, tree_attention_mask
-from . import offline
+from . import feature_net, offline
 from .feature import load_feature_draft_lm
 
 __all__ = ["load_model", "check_model_name", "LanguageModel", "KVSession", "tree_attention_mask", "OFFLINE_NAMES"]
@@ -29,10 +29,18 @@ def _check_name(name_or_path) -> None:
 
 def check_model_name(name_or_path: str) -> None:
     """ValueError, before anything loads, unless `load_model` can find ``name_or_path``: one of the
-    `OFFLINE_NAMES`, or a model directory or HF id `hf.check_hf_name` finds (cache, or the hub now)."""
+    `OFFLINE_NAMES` with the files it loads (the packaged target's GGUF; the distilled draft's and the
+    feature draft's weights under data/models/), or a model directory or HF id `hf.check_hf_name` finds
+    (cache, or the hub now)."""
     _check_name(name_or_path)
     if name_or_path not in OFFLINE_NAMES:
         check_hf_name(name_or_path)
+        return
+    offline.gguf_path()  # every offline model is the packaged target or built on it
+    weights = {offline.DRAFT_NAME: offline.DRAFT_DIR / offline.DRAFT_LAYERS_FILE,
+               EAGLE_NAME: feature_net.EAGLE_DIR / feature_net.WEIGHTS_FILE}.get(name_or_path)
+    if weights is not None and not weights.is_file():
+        raise ValueError(f"could not load model {name_or_path!r}: its weights {weights} are missing")
 
 
 def load_model(name_or_path: str, device=None, dtype=None, device_map=None, target: LanguageModel | None = None):
