@@ -110,6 +110,24 @@ def test_bad_arguments_and_outputs_are_refused_before_the_benchmark_runs(tmp_pat
     assert _published_digest() == before
 
 
+def test_a_benchmark_larger_than_its_limit_is_refused_before_it_runs(capsys, no_work, monkeypatch):
+    monkeypatch.setattr(benchmark, "load_model", _no_model_loads)
+    tokens = benchmark.MAX_BENCH_TOKENS // 3 + 1  # the stub's 3 prompts x 1 method
+    assert benchmark.main(["--methods", "autoregressive", "--max-new-tokens", str(tokens)]) == 2
+    err = capsys.readouterr().err
+    assert f"--max-new-tokens: 3 prompts x 1 methods x {tokens} tokens is" in err and "MAX_BENCH_TOKENS" in err
+    assert no_work["runs"] == []
+    assert benchmark.main(["--methods", "autoregressive", "--max-new-tokens", str(tokens - 1)]) == 0
+
+
+def test_run_benchmark_refuses_a_run_larger_than_its_limit_before_any_model_loads(monkeypatch):
+    monkeypatch.setattr(benchmark, "load_model", _no_model_loads)
+    with pytest.raises(ValueError, match="max_new_tokens: 2 prompts x 2 methods x .* more than the limit MAX_BENCH_TOKENS"):
+        benchmark.run_benchmark(["p", "q"], "smollm2-135m-instruct", "smollm2-135m-draft",
+                                ["autoregressive", "token/chain:2"],
+                                benchmark.BenchSettings(max_new_tokens=benchmark.MAX_BENCH_TOKENS // 4 + 1), output=False)
+
+
 def _no_model_loads(*args, **kwargs):
     raise AssertionError(f"a model was loaded ({args}, {kwargs}) although the arguments are bad")
 

@@ -26,8 +26,9 @@ the published ``data/results/bench_<host>.json``. Every argument and the output 
 model loads, by the same checks for `run_benchmark` and ``specdec bench`` (`check_bench_arguments`): the
 settings (`check_settings`), the methods (`check_methods`: trees within `decoding.MAX_TREE_NODES`, known
 samplings, an acceptance vector only with a Sequoia method), the models they need by name
-(`check_model_names`) and the output (`destinations.check_output_file`: none inside ``reports/``, none inside
-``data/results/`` without ``--publish``, no folder). Timings synchronise CUDA.
+(`check_model_names`), the output (`destinations.check_output_file`: none inside ``reports/``, none inside
+``data/results/`` without ``--publish``, no folder) and the run's size (`check_bench_size`: at most
+`MAX_BENCH_TOKENS`). Timings synchronise CUDA.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ from ..verifiers import get_verifier
 
 __all__ = ["DEFAULT_METHODS", "BenchSettings", "run_benchmark", "bench_main", "main", "format_table",
            "measure_acceptance_vector", "default_output_path", "bench_output_path", "check_bench_arguments",
-           "SETTING_CHECKS", "check_settings", "check_methods", "check_model_names"]
+           "SETTING_CHECKS", "check_settings", "check_methods", "check_model_names", "check_bench_size",
+           "MAX_BENCH_TOKENS"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "data" / "results"
@@ -70,6 +72,8 @@ RUNS_DIR = REPO_ROOT / "runs" / "bench"
 """Where a benchmark writes unless it is published (git-ignored)."""
 DEFAULT_SEQUOIA = "sequoia:16x6"
 INDEPENDENT = "smollm2-135m-draft"
+MAX_BENCH_TOKENS = 10_000_000
+"""The most tokens one benchmark may ask for: prompts x methods x max_new_tokens (`check_bench_size`)."""
 DEFAULT_METHODS = ("autoregressive", "hf_assisted", "hf_assisted/chain:1", "hf_assisted/chain:2",
                    f"token/chain:1@{INDEPENDENT}", f"token/chain:2@{INDEPENDENT}", f"token/sequoia:16x6@{INDEPENDENT}",
                    "token/chain:2", "token/chain:4", "block/chain:4", "token/sequoia:16x6", "token/sequoia:32x8")
@@ -355,6 +359,16 @@ def check_settings(values: Mapping[str, Any], label: Label = _same) -> None:
         check(label(name), values[name])
 
 
+def check_bench_size(prompts: int, methods: int, max_new_tokens: int, label: Label = _same) -> None:
+    """ValueError naming ``max_new_tokens`` and the limit when ``prompts`` x ``methods`` x ``max_new_tokens``
+    is more than `MAX_BENCH_TOKENS`."""
+    total = int(prompts) * int(methods) * int(max_new_tokens)
+    if total > MAX_BENCH_TOKENS:
+        raise ValueError(f"{label('max_new_tokens')}: {prompts} prompts x {methods} methods x {max_new_tokens} tokens is "
+                         f"{total:,} tokens, more than the limit MAX_BENCH_TOKENS ({MAX_BENCH_TOKENS:,}); use fewer "
+                         "prompts, methods or tokens")
+
+
 def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-instruct", draft="smollm2-135m-eagle",
                   methods: Sequence[str] = DEFAULT_METHODS, settings: BenchSettings = BenchSettings(),
                   hf_draft=None, output: Path | str | None = None, publish: bool = False) -> dict:
@@ -374,6 +388,10 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
     specs = check_methods(methods, acceptance_vector)
     check_model_names(specs, target, draft, hf_draft)  # every name found before the first model loads
     hf_draft = _default_hf_draft(draft, hf_draft) if any(s["kind"] == "hf_assisted" for s in specs) else hf_draft
+    prompts = list(load_prompts("heldout") if prompts is None else prompts)
+    if not prompts:
+        raise ValueError("no prompts to benchmark")
+    check_bench_size(len(prompts), len(specs), max_new_tokens)
     if isinstance(target, str):
         target = load_model(target, device=settings.device, dtype=settings.dtype)
     drafts: dict[str, object] = {}
@@ -392,9 +410,6 @@ def run_benchmark(prompts: Sequence[Prompt] | None = None, target="smollm2-135m-
             spec["draft"] = named(spec.get("draft", draft))
         elif spec["kind"] == "hf_assisted":
             spec["draft"] = named(hf_draft)
-    prompts = list(load_prompts("heldout") if prompts is None else prompts)
-    if not prompts:
-        raise ValueError("no prompts to benchmark")
     vectors: dict[str, tuple[list[float], str]] = {}
     for spec in specs:  # resolve every shape once (Sequoia's DP runs here, not per prompt)
         if spec["kind"] != "ours":
@@ -514,14 +529,15 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(list(argv) if argv is not None else None)
     try:
         checked = check_bench_arguments(args)
+        prompts = load_prompts(args.split, per_category=args.per_category)
+        if args.num_prompts is not None:
+            prompts = prompts[: args.num_prompts]
+        check_bench_size(len(prompts), len(checked["methods"]), args.max_new_tokens, _option)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    prompts = load_prompts(args.split, per_category=args.per_category)
-    if args.num_prompts is not None:
-        prompts = prompts[: args.num_prompts]
     settings = BenchSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                              seed=args.seed, acceptance_vector=checked["acceptance_vector"], device=args.device,
                              dtype=args.dtype)
